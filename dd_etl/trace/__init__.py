@@ -1,0 +1,1 @@
+"""Traces: indexed, compacting histories of updates, persisted as Delta tables."""

@@ -1,0 +1,131 @@
+"""The Delta log of a trace: where its state and its batch files are committed together.
+
+Each commit carries the full new ``TraceState`` in its commit info and the add and
+remove actions of the files that realise it, so a reader that opens any Delta
+version sees a spine and a set of files that agree. Commits are compare-and-set
+on the Delta version (``max_commit_retries=0``): a writer that lost a race gets
+``StaleVersion`` and re-applies its transition to the newer state. Appends are
+also tagged with a Delta application transaction ``(trace app id, upper epoch)``
+so external tools see which intervals a trace has taken in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+from dd_etl.trace.batch import DataFile, batch_id_of_path
+from dd_etl.trace.columns import KEY_HASH, time_columns
+from dd_etl.trace.errors import TraceNotFound
+from dd_etl.trace.file_stats import make_stats
+from dd_etl.trace.state import TraceState
+from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
+
+STATE_KEY = "dd_etl.trace_state"
+OPERATION_KEY = "dd_etl.operation"
+
+
+def app_id(state: TraceState) -> str:
+    return f"dd_etl/{state.name}"
+
+
+def open_table(uri: str, version: int | None = None) -> DeltaTable:
+    try:
+        return DeltaTable(uri, version=version)
+    except TableNotFoundError as e:
+        raise TraceNotFound(uri) from e
+
+
+def read_state(table: DeltaTable) -> TraceState:
+    """The state committed last at or before the table's version.
+
+    Commits by other Delta tools (e.g. vacuum) carry no state; look past them.
+    """
+    limit = 1
+    while True:
+        history = table.history(limit)
+        for entry in history:
+            if STATE_KEY in entry:
+                return TraceState.from_json(entry[STATE_KEY])
+        if len(history) < limit:
+            raise TraceNotFound(table.table_uri)
+        limit *= 8
+
+
+def load(uri: str) -> Snapshot:
+    table = open_table(uri)
+    state = read_state(table)
+    return Snapshot(table.version(), state, files_by_batch(table, state.dims))
+
+
+def files_by_batch(table: DeltaTable, dims: int) -> dict[str, list[DataFile]]:
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    bounded = [KEY_HASH, *time_columns(dims)]
+    files: dict[str, list[DataFile]] = defaultdict(list)
+    for i, path in enumerate(actions.get("path", [])):
+        records = int(actions["num_records"][i])
+        mins = {c: actions[f"min.{c}"][i] for c in bounded if f"min.{c}" in actions}
+        maxs = {c: actions[f"max.{c}"][i] for c in bounded if f"max.{c}" in actions}
+        stats = make_stats(
+            records,
+            {c: int(v) for c, v in mins.items() if v is not None},
+            {c: int(v) for c, v in maxs.items() if v is not None},
+        )
+        file = DataFile(path, int(actions["size_bytes"][i]), records, stats)
+        files[batch_id_of_path(path)].append(file)
+    for batch_files in files.values():
+        batch_files.sort(key=lambda f: f.path)
+    return dict(files)
+
+
+def create(uri: str, state: TraceState, arrow_schema: object) -> None:
+    """Create the trace's Delta table with its initial state (a no-op if it exists)."""
+    DeltaTable.create(
+        uri,
+        arrow_schema,  # type: ignore[arg-type]
+        mode="ignore",
+        name=state.name,
+        description="dd_etl trace",
+        commit_properties=CommitProperties(
+            custom_metadata={STATE_KEY: state.to_json(), OPERATION_KEY: "create"}
+        ),
+    )
+
+
+def commit(uri: str, expected_version: int, change: Commit) -> int:
+    table = open_table(uri, expected_version)
+    now = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = [
+        AddAction(f.path, f.size, {}, now, True, f.stats) for f in change.add
+    ]
+    actions += [RemoveAction(f.path, True, now, f.size) for f in change.remove]
+    txns = None
+    if change.txn_version is not None:
+        txns = [Transaction(app_id(change.state), change.txn_version)]
+    properties = CommitProperties(
+        custom_metadata={STATE_KEY: change.state.to_json(), OPERATION_KEY: change.operation},
+        max_commit_retries=0,
+        app_transactions=txns,
+    )
+    try:
+        table.create_write_transaction(
+            actions, "append", table.schema(), commit_properties=properties
+        )
+    except CommitFailedError as e:
+        if open_table(uri).version() != expected_version:
+            raise StaleVersion(str(e)) from e
+        raise
+    return expected_version + 1
+
+
+def vacuum_removed(uri: str, retention_hours: int) -> list[str]:
+    """Delete files that merges removed from the log more than ``retention_hours`` ago."""
+    table = open_table(uri)
+    return table.vacuum(
+        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
+    )

@@ -1,0 +1,209 @@
+"""Traces persisted as Delta tables, with their data work done by Spark.
+
+Layout of a trace at ``uri``::
+
+    _delta_log/              commits: trace state + add/remove actions
+    data/<batch id>/*.parquet   files of appended batches
+    data/<merge id>/<slice>/*.parquet   files of merged batches, one dir per merge step
+
+Files not referenced by the current Delta snapshot or by a merge in progress
+are never read (readers list files from the log) and are removed by ``vacuum``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from dd_etl.lattice import Antichain, Time
+from dd_etl.trace import delta_log, spark_files
+from dd_etl.trace.batch import DataFile, batch_dir
+from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
+from dd_etl.trace.errors import SinceViolation, TraceError
+from dd_etl.trace.file_stats import column_bounds, hash_bounds
+from dd_etl.trace.spine import HASH_SPACE, HashRange
+from dd_etl.trace.state import Merge, TraceState
+from dd_etl.trace.storage import Commit, Snapshot
+from dd_etl.trace.trace import Trace
+
+KEY_PRUNING_LIMIT = 100_000
+"""Up to this many distinct probe keys, lookups collect key hashes and prune files."""
+
+
+class DeltaStorage:
+    def __init__(
+        self, spark: SparkSession, uri: str, rows_per_file: int = spark_files.ROWS_PER_FILE
+    ):
+        self.spark = spark
+        self.uri = uri
+        self.rows_per_file = rows_per_file
+
+    def load(self) -> Snapshot:
+        return delta_log.load(self.uri)
+
+    def commit(self, expected_version: int, commit: Commit) -> int:
+        return delta_log.commit(self.uri, expected_version, commit)
+
+    def write_batch(self, state: TraceState, batch_id: str, updates: DataFrame) -> list[DataFile]:
+        stored = spark_files.to_stored(state, updates).persist()
+        try:
+            records = stored.count()
+            if records == 0:
+                return []
+            return spark_files.write_files(
+                self.spark,
+                self.uri,
+                batch_dir(batch_id),
+                state,
+                stored,
+                records,
+                self.rows_per_file,
+            )
+        finally:
+            stored.unpersist()
+
+    def merge_slice(
+        self, state: TraceState, merge: Merge, inputs: Sequence[DataFile], hashes: HashRange
+    ) -> list[DataFile]:
+        df = spark_files.read_files(self.spark, self.uri, state, inputs)
+        df = df.where(F.col(KEY_HASH) >= hashes.start)
+        if hashes.end < HASH_SPACE >> 1:
+            df = df.where(F.col(KEY_HASH) < hashes.end)
+        df = spark_files.advance_times(df, state.dims, merge.since)
+        estimate = sum(f.records for f in inputs)
+        directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}"
+        return spark_files.write_files(
+            self.spark, self.uri, directory, state, df, estimate, self.rows_per_file
+        )
+
+    def discard(self, files: Sequence[DataFile]) -> None:
+        spark_files.remove_files(self.uri, files)
+
+    def exists(self, file: DataFile) -> bool:
+        return (Path(self.uri) / file.path).exists()
+
+
+class DeltaTrace(Trace[DataFrame]):
+    """A trace stored as a Delta table; updates go in and come out as Spark DataFrames."""
+
+    def __init__(
+        self, spark: SparkSession, uri: str, rows_per_file: int = spark_files.ROWS_PER_FILE
+    ):
+        self.spark = spark
+        self.uri = uri
+        super().__init__(DeltaStorage(spark, uri, rows_per_file))
+
+    @classmethod
+    def create(
+        cls,
+        spark: SparkSession,
+        uri: str,
+        name: str,
+        schema: StructType,
+        key: Sequence[str],
+        dims: int = 1,
+        rows_per_file: int = spark_files.ROWS_PER_FILE,
+    ) -> DeltaTrace:
+        """Create the trace if it does not exist yet, then open it."""
+        if not key:
+            raise TraceError(f"trace {name!r}: needs at least one key column")
+        unknown = [k for k in key if k not in schema.fieldNames()]
+        if unknown:
+            raise TraceError(f"trace {name!r}: key columns {unknown} are not in the schema")
+        state = TraceState.new(name, dims, tuple(key), schema.json())
+        os.makedirs(uri, exist_ok=True)
+        delta_log.create(uri, state, to_arrow_schema(spark_files.stored_schema(state)))
+        return cls(spark, uri, rows_per_file)
+
+    # --------------------------------------------------------------- reading
+
+    def updates(self, keys: DataFrame | None = None, at: Time | None = None) -> DataFrame:
+        """Stored updates (data, key hash, times, diff), optionally only of ``keys``
+        and only from files that can hold times ``≤ at``."""
+        files = self.files()
+        if at is not None:
+            files = [f for f in files if _may_hold_times_before(f, at, self.state.dims)]
+        if keys is not None:
+            files = self._files_for_keys(files, keys)
+        df = spark_files.read_files(self.spark, self.uri, self.state, files)
+        if keys is not None:
+            cond = [df[k].eqNullSafe(keys[k]) for k in self.state.key]
+            df = df.join(keys.select(*self.state.key).distinct(), cond, "left_semi")
+        return df
+
+    def read_at(self, at: Time | None = None, keys: DataFrame | None = None) -> DataFrame:
+        """The collection accumulated at time ``at`` (default: everything committed),
+        as data columns plus ``_diff``, the multiplicity of each distinct row."""
+        if at is not None and not self.state.since.less_equal_time(at):
+            raise SinceViolation(self.name, at, self.state.since)
+        df = self.updates(keys, at)
+        if at is not None:
+            for c, bound in zip(time_columns(self.state.dims), at, strict=True):
+                df = df.where(F.col(c) <= bound)
+        data = spark_files.data_schema(self.state).fieldNames()
+        return df.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
+
+    def _files_for_keys(self, files: list[DataFile], keys: DataFrame) -> list[DataFile]:
+        hashes = keys.select(spark_files.key_hash(self.state.key).alias(KEY_HASH)).distinct()
+        probe = [r[0] for r in hashes.limit(KEY_PRUNING_LIMIT + 1).collect()]
+        if len(probe) > KEY_PRUNING_LIMIT:
+            return files
+        probe.sort()
+        return [f for f in files if _holds_any(f, probe)]
+
+    # ------------------------------------------------------------ maintenance
+
+    def vacuum(self, retention_hours: float = 24.0) -> list[str]:
+        """Delete files no reader can reach: removed by merges, or written by attempts
+        that never committed, once they are older than ``retention_hours``.
+
+        Staged files of merges in progress are kept.
+        """
+        self.reload()
+        removed = delta_log.vacuum_removed(self.uri, int(retention_hours))
+        live = {f.path for fs in self.snapshot.files.values() for f in fs}
+        live |= {f.path for m in self.state.merges for f in m.staged}
+        cutoff = time.time() - retention_hours * 3600
+        root = Path(self.uri)
+        for path in sorted((root / "data").rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.is_file() and rel not in live and path.stat().st_mtime <= cutoff:
+                path.unlink()
+                removed.append(rel)
+        for d in sorted((root / "data").glob("**/"), reverse=True):
+            if d != root / "data" and not any(d.iterdir()):
+                d.rmdir()
+        return removed
+
+
+def _holds_any(file: DataFile, sorted_hashes: list[int]) -> bool:
+    bounds = hash_bounds(file)
+    if bounds is None:
+        return True
+    lo, hi = bounds
+    i = bisect_left(sorted_hashes, lo)
+    return i < len(sorted_hashes) and sorted_hashes[i] <= hi
+
+
+def _may_hold_times_before(file: DataFile, at: Time, dims: int) -> bool:
+    """A file whose smallest value of some time coordinate exceeds ``at`` holds no time ≤ ``at``."""
+    for c, bound in zip(time_columns(dims), at, strict=True):
+        b = column_bounds(file, c)
+        if b is not None and b[0] > bound:
+            return False
+    return True
+
+
+def open_trace(spark: SparkSession, uri: str) -> DeltaTrace:
+    return DeltaTrace(spark, uri)
+
+
+__all__ = ["Antichain", "DeltaStorage", "DeltaTrace", "open_trace"]

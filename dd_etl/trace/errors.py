@@ -1,0 +1,54 @@
+"""Errors a trace raises where it detects them; rendered once at the edge (CLI, Dagster)."""
+
+from __future__ import annotations
+
+from dd_etl.lattice import Antichain
+
+
+class TraceError(Exception):
+    """Base class of trace errors."""
+
+
+class UpperMismatch(TraceError):
+    """A compare-and-append stated an upper the trace is not at."""
+
+    def __init__(self, trace: str, expected: Antichain, actual: Antichain) -> None:
+        super().__init__(
+            f"trace {trace!r}: append expected upper {expected!r} but the trace is at {actual!r}"
+        )
+        self.trace = trace
+        self.expected = expected
+        self.actual = actual
+
+
+class HoldRegression(TraceError):
+    """A reader tried to move its hold backwards."""
+
+    def __init__(self, trace: str, reader: str, kind: str, old: Antichain, new: Antichain) -> None:
+        super().__init__(
+            f"trace {trace!r}: reader {reader!r} may not move its {kind} hold back "
+            f"from {old!r} to {new!r}"
+        )
+
+
+class SinceViolation(TraceError):
+    """A read asked for a time the trace has already compacted away."""
+
+    def __init__(self, trace: str, time: object, since: Antichain) -> None:
+        super().__init__(
+            f"trace {trace!r}: cannot read as of {time}: times before {since!r} have been compacted"
+        )
+
+
+class UnknownReader(TraceError):
+    def __init__(self, trace: str, reader: str) -> None:
+        super().__init__(f"trace {trace!r}: no reader named {reader!r} is registered")
+
+
+class CommitConflict(TraceError):
+    """Another writer kept committing to the trace while we retried."""
+
+
+class TraceNotFound(TraceError):
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"no dd_etl trace at {uri}")

@@ -1,0 +1,160 @@
+"""Spark jobs that turn updates into the parquet files of a batch, and read them back.
+
+Files of a batch are range-partitioned and sorted by the key hash, so each file
+covers a narrow hash interval and its Delta statistics let a key lookup skip
+every file that cannot hold the key. Updates are consolidated on the way in:
+equal ``(data, time)`` rows are summed and zero diffs dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from dd_etl.lattice import Antichain
+from dd_etl.trace.batch import DataFile
+from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
+from dd_etl.trace.errors import TraceError
+from dd_etl.trace.file_stats import make_stats
+from dd_etl.trace.state import TraceState
+
+ROWS_PER_FILE = 250_000
+
+
+def data_schema(state: TraceState) -> StructType:
+    return StructType.fromJson(json.loads(state.schema))
+
+
+def stored_schema(state: TraceState) -> StructType:
+    """Data columns, key hash, time coordinates, diff: the layout of every batch file."""
+    fields = list(data_schema(state).fields)
+    fields.append(StructField(KEY_HASH, LongType(), False))
+    fields += [StructField(c, LongType(), False) for c in time_columns(state.dims)]
+    fields.append(StructField(DIFF, LongType(), False))
+    return StructType(fields)
+
+
+def key_hash(key: Sequence[str]) -> Column:
+    return F.xxhash64(*[F.col(k) for k in key])
+
+
+def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
+    """Check and order the columns of an update DataFrame as the trace stores them."""
+    expected = data_schema(state)
+    times = time_columns(state.dims)
+    missing = [c for c in [*expected.fieldNames(), *times, DIFF] if c not in updates.columns]
+    if missing:
+        raise TraceError(f"trace {state.name!r}: updates lack columns {missing}")
+    data = [F.col(f.name).cast(f.dataType).alias(f.name) for f in expected.fields]
+    return updates.select(
+        *data,
+        key_hash(state.key).alias(KEY_HASH),
+        *[F.col(c).cast("long").alias(c) for c in times],
+        F.col(DIFF).cast("long").alias(DIFF),
+    )
+
+
+def consolidate(df: DataFrame, partitions: int) -> DataFrame:
+    """Sum the diffs of equal rows, drop zeros, and lay rows out by key hash.
+
+    Range partitioning by key hash already co-locates equal rows, so the
+    aggregation needs no second shuffle.
+    """
+    group = [c for c in df.columns if c != DIFF]
+    return (
+        df.repartitionByRange(partitions, KEY_HASH)
+        .groupBy(*group)
+        .agg(F.sum(DIFF).alias(DIFF))
+        .where(F.col(DIFF) != 0)
+        .sortWithinPartitions(KEY_HASH)
+        .select(*df.columns)
+    )
+
+
+def advance_times(df: DataFrame, dims: int, since: Antichain) -> DataFrame:
+    """Replace every time by ``advance_by(time, since)``: per coordinate,
+    the least over frontier elements of ``max(time_i, f_i)``."""
+    if since.is_empty():
+        return df
+    columns = time_columns(dims)
+    advanced: dict[str, Column] = {}
+    for i, c in enumerate(columns):
+        joins = [F.greatest(F.col(c), F.lit(f[i])) for f in since]
+        advanced[c] = joins[0] if len(joins) == 1 else F.least(*joins)
+    return df.withColumns(advanced)
+
+
+def write_files(
+    spark: SparkSession,
+    root: str,
+    directory: str,
+    state: TraceState,
+    df: DataFrame,
+    records_hint: int,
+    rows_per_file: int = ROWS_PER_FILE,
+) -> list[DataFile]:
+    """Consolidate ``df`` (stored layout) and write it under ``root/directory``."""
+    partitions = max(1, math.ceil(records_hint / rows_per_file))
+    out = consolidate(df, partitions)
+    target = os.path.join(root, directory)
+    out.write.mode("errorifexists").parquet(target)
+    return describe_files(root, directory, state)
+
+
+def describe_files(root: str, directory: str, state: TraceState) -> list[DataFile]:
+    """Read the parquet footers of freshly written files into Delta add-action facts."""
+    bounded = [KEY_HASH, *time_columns(state.dims)]
+    files: list[DataFile] = []
+    base = Path(root)
+    for path in sorted((base / directory).rglob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_rows == 0:
+            path.unlink()
+            continue
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        mins: dict[str, int] = {}
+        maxs: dict[str, int] = {}
+        for c in bounded:
+            j = names.index(c)
+            for g in range(meta.num_row_groups):
+                st = meta.row_group(g).column(j).statistics
+                if st is None or not st.has_min_max:
+                    continue
+                mins[c] = min(mins.get(c, st.min), st.min)
+                maxs[c] = max(maxs.get(c, st.max), st.max)
+        rel = path.relative_to(base).as_posix()
+        stats = make_stats(meta.num_rows, mins, maxs)
+        files.append(DataFile(rel, path.stat().st_size, meta.num_rows, stats))
+    for extra in (base / directory).rglob("*"):
+        if extra.is_file() and not extra.name.endswith(".parquet"):
+            extra.unlink()  # checksums and markers: never referenced
+    return files
+
+
+def read_files(
+    spark: SparkSession, root: str, state: TraceState, files: Sequence[DataFile]
+) -> DataFrame:
+    schema = stored_schema(state)
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*[os.path.join(root, f.path) for f in files])
+
+
+def remove_files(root: str, files: Sequence[DataFile]) -> None:
+    dirs = set()
+    for f in files:
+        p = Path(root) / f.path
+        p.unlink(missing_ok=True)
+        dirs.add(p.parent)
+    for d in dirs:
+        if d.exists() and not any(d.iterdir()):
+            shutil.rmtree(d, ignore_errors=True)

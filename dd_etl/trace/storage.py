@@ -1,0 +1,69 @@
+"""What a trace needs from the place its batches are kept.
+
+The trace's logic (compare-and-append, holds, fuelled merges) is written once
+against this protocol. ``DeltaStorage`` keeps batches as parquet files written by
+Spark and committed to a Delta log; tests add an in-memory model with the same
+contract to check that logic quickly and exhaustively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from dd_etl.trace.batch import DataFile
+from dd_etl.trace.spine import HashRange
+from dd_etl.trace.state import Merge, TraceState
+
+U_contra = TypeVar("U_contra", contravariant=True)
+
+
+class StaleVersion(Exception):
+    """The stored trace moved past the version a commit was computed against."""
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A new state and the file actions that make the stored data match it."""
+
+    state: TraceState
+    add: tuple[DataFile, ...] = ()
+    remove: tuple[DataFile, ...] = ()
+    txn_version: int | None = None  # application transaction version, for appends
+    operation: str = "state"
+
+
+@dataclass
+class Snapshot:
+    version: int
+    state: TraceState
+    files: dict[str, list[DataFile]] = field(default_factory=dict)  # batch id -> files
+
+
+class Storage(Protocol[U_contra]):
+    def load(self) -> Snapshot: ...
+
+    def commit(self, expected_version: int, commit: Commit) -> int:
+        """Atomically store ``commit`` as the version after ``expected_version``.
+
+        Raises ``StaleVersion`` when the stored trace is no longer at ``expected_version``.
+        """
+        ...
+
+    def write_batch(self, state: TraceState, batch_id: str, updates: U_contra) -> list[DataFile]:
+        """Write updates as files of a new batch that no reader sees until committed."""
+        ...
+
+    def merge_slice(
+        self, state: TraceState, merge: Merge, inputs: Sequence[DataFile], hashes: HashRange
+    ) -> list[DataFile]:
+        """Write the consolidated updates of ``inputs`` whose key hash is in ``hashes``,
+        times advanced by ``merge.since``, as staged files of the merged batch."""
+        ...
+
+    def discard(self, files: Sequence[DataFile]) -> None:
+        """Delete files that will never be committed."""
+        ...
+
+    def exists(self, file: DataFile) -> bool: ...

@@ -1,0 +1,229 @@
+"""A trace: an indexed, compacting history of updates shared by several readers.
+
+``Trace`` holds the logic that does not depend on where batches are stored:
+compare-and-append, reader holds, fuelled merges and back-pressure. Every change
+is a pure transition of ``TraceState`` committed through ``Storage.commit`` with
+compare-and-set on the stored version; on conflict the state is reloaded and the
+transition re-applied, so two writers racing on one trace never corrupt it: one
+wins, and the other either finds its work already done (a no-op) or gets
+``UpperMismatch`` naming the actual upper.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from dd_etl.failpoints import failpoint
+from dd_etl.lattice import Antichain
+from dd_etl.trace.batch import DataFile
+from dd_etl.trace.description import Description
+from dd_etl.trace.errors import CommitConflict, TraceError, UpperMismatch
+from dd_etl.trace.file_stats import hash_bounds
+from dd_etl.trace.spine import HASH_SPACE, HashRange, cursor_after, remaining_work
+from dd_etl.trace.state import Merge, TraceState
+from dd_etl.trace.storage import Commit, Snapshot, StaleVersion, Storage
+
+U = TypeVar("U")
+
+MAX_COMMIT_ATTEMPTS = 20
+BACKPRESSURE_EFFORT = 4
+"""Fuel an append applies per appended record (at least one batch's worth) when the
+spine holds too many batches: merging keeps pace with appends, so reads stay fast."""
+
+
+def new_batch_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Trace(Generic[U]):
+    def __init__(self, storage: Storage[U]) -> None:
+        self.storage = storage
+        self.snapshot: Snapshot = storage.load()
+
+    # ----------------------------------------------------------------- reading
+
+    @property
+    def state(self) -> TraceState:
+        return self.snapshot.state
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    def reload(self) -> TraceState:
+        self.snapshot = self.storage.load()
+        return self.state
+
+    def files(self, batch_ids: Sequence[str] | None = None) -> list[DataFile]:
+        ids = [b.id for b in self.state.batches] if batch_ids is None else batch_ids
+        return [f for i in ids for f in self.snapshot.files.get(i, [])]
+
+    # ---------------------------------------------------------------- commits
+
+    def _apply(self, transition: Callable[[TraceState], Commit | None]) -> bool:
+        """Commit ``transition(state)`` with compare-and-set, retrying against newer states.
+
+        Returns False when the transition found nothing to do.
+        """
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            commit = transition(self.state)
+            if commit is None:
+                return False
+            commit.state.check()
+            try:
+                self.storage.commit(self.snapshot.version, commit)
+            except StaleVersion:
+                self.reload()
+                continue
+            self.reload()
+            return True
+        raise CommitConflict(
+            f"trace {self.name!r}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits"
+        )
+
+    def _apply_state(self, change: Callable[[TraceState], TraceState]) -> bool:
+        def transition(s: TraceState) -> Commit | None:
+            new = change(s)
+            return None if new == s else Commit(new)
+
+        return self._apply(transition)
+
+    # -------------------------------------------------------------- appending
+
+    def compare_and_append(self, updates: U, lower: Antichain, upper: Antichain) -> bool:
+        """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``.
+
+        A no-op returning False when the trace already reached ``upper`` (the
+        interval was appended before, e.g. by a run that crashed after committing).
+        Raises ``UpperMismatch`` when the trace is at any other upper.
+        """
+        state = self.reload()
+        if upper.less_equal(state.upper):
+            return False
+        if lower != state.upper:
+            raise UpperMismatch(self.name, lower, state.upper)
+        batch_id = new_batch_id()
+        files = self.storage.write_batch(state, batch_id, updates)
+        failpoint("append.files_written")
+        records = sum(f.records for f in files)
+        description = Description(lower, upper, Antichain.minimum(state.dims))
+
+        def transition(s: TraceState) -> Commit | None:
+            new = s.append(batch_id, description, records)
+            if new is s:
+                return None
+            return Commit(
+                new, add=tuple(files), txn_version=upper.epoch_bound(), operation="append"
+            )
+
+        appended = self._apply(transition)
+        if not appended:
+            self.storage.discard(files)
+            return False
+        failpoint("append.committed")
+        if self.state.needs_backpressure():
+            self.exert(max(records, 1) * BACKPRESSURE_EFFORT)
+        return True
+
+    # ---------------------------------------------------------------- holds
+
+    def register_reader(
+        self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
+    ) -> None:
+        self._apply_state(lambda s: s.register_reader(reader, logical, physical))
+
+    def downgrade_reader(
+        self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
+    ) -> None:
+        self._apply_state(lambda s: s.downgrade_reader(reader, logical, physical))
+
+    def drop_reader(self, reader: str) -> None:
+        self._apply_state(lambda s: s.drop_reader(reader))
+
+    # ------------------------------------------------------------- merging
+
+    def pending_work(self) -> int:
+        """Records still to merge: merges in progress plus the next one planned."""
+        work = sum(remaining_work(m.cursor, m.work) for m in self.state.merges)
+        candidate = self.state.next_merge()
+        if candidate is not None:
+            i, j = candidate
+            work += sum(b.records for b in self.state.batches[i : j + 1])
+        return work
+
+    def exert(self, fuel: int | None) -> int:
+        """Spend up to ``fuel`` records of merge work (``None``: until the spine is
+        settled, no merge running and none called for); returns the fuel used.
+
+        Resumes merges in progress first (oldest first), then starts the next
+        merge the spine calls for. Each step is committed on its own, so a crash
+        loses at most the step in flight.
+        """
+        spent = 0
+        while fuel is None or spent < fuel:
+            self.reload()
+            merge = self.state.merges[0] if self.state.merges else self._begin_next_merge()
+            if merge is None:
+                break
+            budget = merge.work if fuel is None else fuel - spent
+            spent += self._merge_step(merge, budget)
+        return spent
+
+    def _begin_next_merge(self) -> Merge | None:
+        candidate = self.state.next_merge()
+        if candidate is None:
+            return None
+        merge_id = new_batch_id()
+        self._apply_state(
+            lambda s: s.begin_merge(merge_id, *candidate) if s.next_merge() == candidate else s
+        )
+        try:
+            return self.state.merge(merge_id)
+        except TraceError:
+            return None
+
+    def _merge_step(self, merge: Merge, fuel: int) -> int:
+        if any(not self.storage.exists(f) for f in merge.staged):
+            # Staged output was cleaned away (e.g. vacuumed after a long stall): start over.
+            self._apply_state(lambda s: s.abandon_merge(merge.id))
+            return 0
+        start = merge.cursor
+        end = cursor_after(start, merge.work, fuel)
+        inputs = self.files(merge.inputs)
+        hashes = HashRange.between(start, end)
+        slice_inputs = [f for f in inputs if _file_overlaps(f, hashes)]
+        files = (
+            self.storage.merge_slice(self.state, merge, slice_inputs, hashes)
+            if slice_inputs
+            else []
+        )
+        failpoint("merge.slice_written")
+        spent = remaining_work(start, merge.work) - remaining_work(end, merge.work)
+
+        def transition(s: TraceState) -> Commit | None:
+            current = next((m for m in s.merges if m.id == merge.id), None)
+            if current is None or current.cursor != start:
+                return None  # someone else advanced this merge meanwhile
+            advanced = s.advance_merge(merge.id, end, tuple(files))
+            if end < HASH_SPACE:
+                return Commit(advanced, operation="merge-step")
+            done = advanced.complete_merge(merge.id)
+            return Commit(
+                done,
+                add=advanced.merge(merge.id).staged,
+                remove=tuple(inputs),
+                operation="merge",
+            )
+
+        if not self._apply(transition):
+            self.storage.discard(files)
+            return 0
+        failpoint("merge.step_committed")
+        return max(spent, 1)
+
+
+def _file_overlaps(file: DataFile, hashes: HashRange) -> bool:
+    bounds = hash_bounds(file)
+    return bounds is None or hashes.overlaps(*bounds)
