@@ -225,15 +225,15 @@ class TraceState:
     # --------------------------------------------------------------- internals
 
     def _with(self, **changes: Any) -> TraceState:
-        """Apply changes and let ``since`` follow the holds; it never moves back."""
+        """Apply changes and let ``since`` follow the holds.
+
+        ``since`` is the meet of the logical holds, or the upper when nobody
+        reads; it never moves back (a reader may have held beyond the upper
+        before it left).
+        """
         state = replace(self, **changes)
         target = meet_all(h.logical for _, h in state.holds) if state.holds else state.upper
-        if not self.since.less_equal(target):
-            raise TraceError(
-                f"trace {self.name!r}: compaction frontier would regress from "
-                f"{self.since!r} to {target!r}"
-            )
-        return replace(state, since=target)
+        return replace(state, since=self.since.join(target))
 
     def check(self) -> None:
         """Assert the structural invariants; used by tests and by ``verify``."""

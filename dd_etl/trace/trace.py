@@ -29,8 +29,9 @@ U = TypeVar("U")
 
 MAX_COMMIT_ATTEMPTS = 20
 BACKPRESSURE_EFFORT = 4
-"""Fuel an append applies per appended record (at least one batch's worth) when the
-spine holds too many batches: merging keeps pace with appends, so reads stay fast."""
+"""When the spine holds more batches than it should, an append pays for merge work in
+steps of this much fuel per appended record until the spine is back within bounds:
+merging keeps pace with appends, so reads never degrade."""
 
 
 def new_batch_id() -> str:
@@ -123,8 +124,9 @@ class Trace(Generic[U]):
             self.storage.discard(files)
             return False
         failpoint("append.committed")
-        if self.state.needs_backpressure():
-            self.exert(max(records, 1) * BACKPRESSURE_EFFORT)
+        while self.state.needs_backpressure():
+            if not self.exert(max(records, 1) * BACKPRESSURE_EFFORT):
+                break
         return True
 
     # ---------------------------------------------------------------- holds
