@@ -75,7 +75,9 @@ class MemoryStorage:
             self.txns[commit.state.name] = commit.txn_version
         return expected_version + 1
 
-    def _write(self, directory: str, state: TraceState, updates: Iterable[Update]) -> list[DataFile]:
+    def _write(
+        self, directory: str, state: TraceState, updates: Iterable[Update]
+    ) -> list[DataFile]:
         rows = sorted(consolidate(updates), key=lambda u: (key_hash(u[0]), repr(u)))
         files = []
         for i in range(0, len(rows), self.rows_per_file):
@@ -94,7 +96,9 @@ class MemoryStorage:
             files.append(f)
         return files
 
-    def write_batch(self, state: TraceState, batch_id: str, updates: list[Update]) -> list[DataFile]:
+    def write_batch(
+        self, state: TraceState, batch_id: str, updates: list[Update]
+    ) -> list[DataFile]:
         return self._write(batch_dir(batch_id), state, updates)
 
     def merge_slice(

@@ -24,7 +24,9 @@ def e(x: int) -> Antichain:
     return Antichain.from_epoch(x)
 
 
-def check_invariants(trace: ModelTrace, reference: list[Update], previous: TraceState | None) -> None:
+def check_invariants(
+    trace: ModelTrace, reference: list[Update], previous: TraceState | None
+) -> None:
     state = trace.state
     state.check()
     # 1. descriptions admit every stored time
@@ -229,7 +231,10 @@ def test_product_times_compact_iterations_of_a_finished_epoch() -> None:
     # in which iteration each change happened, but not in which epoch.
     stored = trace.updates()
     assert {t for _, t, _ in stored} == {(2, 0), (2, 1), (2, 2)}
-    assert sorted(u for u in stored if u[0][0] == 3) == [((3, "w"), (2, 1), 1), ((3, "w"), (2, 2), -1)]
+    assert sorted(u for u in stored if u[0][0] == 3) == [
+        ((3, "w"), (2, 1), 1),
+        ((3, "w"), (2, 2), -1),
+    ]
     assert less_equal((2, 0), (2, 5))
     assert trace.read_at((2, 5)) == {(1, "x"): 1, (2, "z"): 2, (4, "v"): 1}
     assert trace.read_at((2, 1)) == {(1, "y"): 1, (2, "z"): 2, (3, "w"): 1}

@@ -4,7 +4,7 @@ Layout of a trace at ``uri``::
 
     _delta_log/              commits: trace state + add/remove actions
     data/<batch id>/*.parquet   files of appended batches
-    data/<merge id>/<slice>/*.parquet   files of merged batches, one dir per merge step
+    data/<merge id>/<slice>/*.parquet   files of merged batches, one dir per merge step attempt
 
 Files not referenced by the current Delta snapshot or by a merge in progress
 are never read (readers list files from the log) and are removed by ``vacuum``.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from bisect import bisect_left
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,7 +80,9 @@ class DeltaStorage:
             df = df.where(F.col(KEY_HASH) < hashes.end)
         df = spark_files.advance_times(df, state.dims, merge.since)
         estimate = sum(f.records for f in inputs)
-        directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}"
+        # one directory per attempt: a crashed attempt's files never mix with a retry's
+        attempt = uuid.uuid4().hex[:8]
+        directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}-{attempt}"
         return spark_files.write_files(
             self.spark, self.uri, directory, state, df, estimate, self.rows_per_file
         )

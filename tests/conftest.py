@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from dd_etl.spark import session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole test run: starting Spark costs seconds."""
+    s = session(
+        "dd_etl-tests",
+        master="local[2]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "2g",
+        },
+    )
+    yield s
+    s.stop()

@@ -1,0 +1,198 @@
+"""The Delta-backed trace on Spark, checked against the in-memory model and the
+reference list of updates, plus what only the Delta store can show: recovery
+from the log alone, file pruning, idempotent commits, racing writers, vacuum."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from dd_etl.lattice import Antichain
+from dd_etl.trace import delta_log, spark_files
+from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
+from dd_etl.trace.errors import SinceViolation, UpperMismatch
+from dd_etl.trace.trace import Trace
+from tests.model_storage import Update, accumulate, model_trace
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = StructType([StructField("k", LongType()), StructField("v", StringType())])
+COLUMNS = "k long, v string, _time long, _diff long"
+
+
+def e(x: int) -> Antichain:
+    return Antichain.from_epoch(x)
+
+
+def frame(spark: SparkSession, updates: list[Update]) -> DataFrame:
+    rows = [(d[0], d[1], t[0], n) for d, t, n in updates]
+    return spark.createDataFrame(rows, COLUMNS)
+
+
+def contents(df: DataFrame) -> dict[tuple[object, ...], int]:
+    return {(r["k"], r["v"]): r["_diff"] for r in df.collect()}
+
+
+def new_trace(spark: SparkSession, path: Path, rows_per_file: int = 4) -> DeltaTrace:
+    return DeltaTrace.create(spark, str(path), "t", SCHEMA, ["k"], rows_per_file=rows_per_file)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    delta = new_trace(spark, tmp_path / "t", rows_per_file=3)
+    model = model_trace(rows_per_file=3)
+    reference: list[Update] = []
+    for trace in (delta, model):
+        trace.register_reader("r")
+    for epoch in range(8):
+        updates = [
+            ((rng.randrange(12), rng.choice(["a", "b", None])), (epoch,), rng.choice([1, 1, -1, 2]))
+            for _ in range(rng.randrange(0, 9))
+        ]
+        reference += updates
+        assert delta.compare_and_append(frame(spark, updates), e(epoch), e(epoch + 1))
+        model.compare_and_append(updates, e(epoch), e(epoch + 1))
+        if rng.random() < 0.6:
+            hold = e(rng.randrange(delta.state.since.epoch_bound() or 0, epoch + 2))
+            hold = delta.state.hold_map["r"].logical.join(hold)
+            delta.downgrade_reader("r", hold, hold)
+            model.downgrade_reader("r", hold, hold)
+        fuel = rng.choice([None, 2, 5, 20])
+        delta.exert(fuel)
+        model.exert(fuel)
+        delta.state.check()
+        assert [b.description for b in delta.state.batches] == [
+            b.description for b in model.state.batches
+        ]
+        since = delta.state.since.epoch_bound() or 0
+        for t in range(since, epoch + 2):
+            expected = accumulate(reference, (t,))
+            assert contents(delta.read_at((t,))) == expected
+            assert model.read_at((t,)) == expected
+    assert_descriptions_hold(spark, delta)
+
+
+def assert_descriptions_hold(spark: SparkSession, trace: DeltaTrace) -> None:
+    """DESIGN invariant 1, read off the stored files of every batch."""
+    for b in trace.state.batches:
+        df = spark_files.read_files(spark, trace.uri, trace.state, trace.files([b.id]))
+        for row in df.select("_time").distinct().collect():
+            assert b.description.admits((row["_time"],)), (b.description, row)
+
+
+def test_spine_is_recovered_from_the_delta_log_alone(spark: SparkSession, tmp_path: Path) -> None:
+    trace = new_trace(spark, tmp_path / "t")
+    trace.register_reader("r")
+    for epoch in range(3):
+        rows = [((k, "x"), (epoch,), 1) for k in range(epoch * 5, epoch * 5 + 5)]
+        trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
+    trace.downgrade_reader("r", e(2), e(2))
+    trace.exert(3)  # leave a merge in progress
+    assert trace.state.merges
+    # No Spark at all: the state and file list come from the Delta log.
+    recovered = Trace(DeltaStorage(None, str(tmp_path / "t")))  # type: ignore[arg-type]
+    assert recovered.state == trace.state
+    assert recovered.snapshot.files == trace.snapshot.files
+    assert delta_log.load(str(tmp_path / "t")).version == trace.snapshot.version
+
+
+def test_key_lookups_read_only_files_that_can_hold_the_keys(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=10)
+    trace.register_reader("r")
+    trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(400)]), e(0), e(1))
+    trace.compare_and_append(
+        frame(spark, [((k, "y"), (1,), 1) for k in range(0, 400, 2)]), e(1), e(2)
+    )
+    files = trace.files()
+    assert len(files) >= 40
+    probe = spark.createDataFrame([(7,), (200,), (1000,)], "k long")
+    touched = trace._files_for_keys(files, probe)
+    assert 1 <= len(touched) <= 2 * 3  # at most one file per key per batch
+    assert contents(trace.read_at((1,), keys=probe)) == {(7, "x"): 1, (200, "x"): 1, (200, "y"): 1}
+
+
+def test_appending_an_interval_twice_is_a_noop_and_gaps_are_conflicts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    trace = new_trace(spark, tmp_path / "t")
+    batch = frame(spark, [((1, "x"), (0,), 1)])
+    assert trace.compare_and_append(batch, e(0), e(1))
+    assert not trace.compare_and_append(batch, e(0), e(1))
+    with pytest.raises(UpperMismatch, match=r"trace is at \{1\}"):
+        trace.compare_and_append(batch, e(2), e(3))
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.transaction_version("dd_etl/t") == 1
+    assert contents(trace.read_at()) == {(1, "x"): 1}
+    with pytest.raises(SinceViolation):
+        trace.read_at((0,))  # nobody held epoch 0, so it was free to compact
+
+
+def test_racing_writers_never_duplicate_or_lose_an_interval(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = tmp_path / "t"
+    new_trace(spark, uri)
+    epochs = 5
+    data = {i: [((i * 10 + j, "w"), (i,), 1) for j in range(3)] for i in range(epochs)}
+    outcomes: list[str] = []
+
+    def writer() -> None:
+        trace = DeltaTrace(spark, str(uri), rows_per_file=4)
+        for i in range(epochs):
+            try:
+                done = trace.compare_and_append(frame(spark, data[i]), e(i), e(i + 1))
+                outcomes.append("won" if done else "noop")
+            except UpperMismatch:
+                outcomes.append("conflict")
+
+    threads = [threading.Thread(target=writer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trace = DeltaTrace(spark, str(uri))
+    trace.state.check()
+    assert trace.state.upper == e(epochs)
+    assert outcomes.count("won") == epochs
+    expected = accumulate([u for i in range(epochs) for u in data[i]], None)
+    assert contents(trace.read_at()) == expected
+
+
+def test_vacuum_removes_stray_and_merged_away_files_but_keeps_staged_ones(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = tmp_path / "t"
+    trace = new_trace(spark, uri, rows_per_file=2)
+    trace.register_reader("r")
+    for epoch in range(2):
+        rows = [((k, "x"), (epoch,), 1) for k in range(8)]
+        trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
+    # a crashed append: files written, never committed
+    stray = trace.storage.write_batch(trace.state, "deadbeef", frame(spark, [((99, "z"), (2,), 1)]))
+    assert all((uri / f.path).exists() for f in stray)
+    trace.downgrade_reader("r", e(2), e(2))
+    merged_inputs = trace.files()
+    trace.exert(4)  # first step of the merge: staged files exist
+    staged = [f for m in trace.state.merges for f in m.staged]
+    assert staged
+    removed = trace.vacuum(retention_hours=0)
+    assert {f.path for f in stray} <= set(removed)
+    assert all((uri / f.path).exists() for f in staged)
+    trace.exert(None)
+    removed = trace.vacuum(retention_hours=0)
+    assert {f.path for f in merged_inputs} <= set(removed)
+    live = {f.path for f in trace.files()}
+    on_disk = {p.relative_to(uri).as_posix() for p in (uri / "data").rglob("*.parquet")}
+    assert on_disk == live
+    assert contents(trace.read_at((2,))) == {(k, "x"): 2 for k in range(8)}
