@@ -126,7 +126,7 @@ def meet_all(frontiers: Iterable[Antichain]) -> Antichain:
 
 
 def advance_by(t: Time, frontier: Antichain) -> Time:
-    """Advance ``t`` to the least time indistinguishable from it beyond ``frontier``.
+    """Advance ``t`` as far as no reader at or beyond ``frontier`` can tell.
 
     ``advance_by(t, F) = meet_{f ∈ F} join(t, f)``. Guarantee: for every ``t'`` in
     advance of ``F``, ``t ≤ t'`` iff ``advance_by(t, F) ≤ t'``. So times may be

@@ -32,9 +32,7 @@ class Description:
         """
         if not self.lower.less_equal_time(t):
             return False
-        if not self.upper.less_equal_time(t):
-            return True
-        return self.since.less_equal_time(t) and advance_by(t, self.since) == t
+        return not self.upper.less_equal_time(t) or advance_by(t, self.since) == t
 
     def to_json(self) -> dict[str, Any]:
         return {
