@@ -120,6 +120,29 @@ def trace_vacuum(
     out.print(f"removed {len(removed)} files")
 
 
+@trace_app.command("maintain")
+def trace_maintain(
+    warehouse: Path,
+    fuel: Annotated[int | None, typer.Option(help="Records of merge work per trace.")] = None,
+    retention_hours: Annotated[float, typer.Option(min=0)] = 24.0,
+) -> None:
+    """Merge and vacuum every trace under a warehouse root (what the Dagster job runs)."""
+    from dd_etl.spark import session
+    from dd_etl.trace.maintenance import maintain_warehouse
+
+    spark = session("dd_etl-maintain")
+    reports = _guard(lambda: maintain_warehouse(spark, warehouse, fuel, retention_hours))
+    table = Table("trace", "batches", "records", "files removed")
+    for r in reports:
+        table.add_row(
+            r.path,
+            f"{r.batches_before} → {r.batches_after}",
+            f"{r.records_before} → {r.records_after}",
+            str(r.files_removed),
+        )
+    out.print(table)
+
+
 def _guard(action: Callable[[], T]) -> T:
     try:
         return action()

@@ -6,6 +6,7 @@ intervals already committed are no-ops, merges resume from their last step.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -50,7 +51,7 @@ def run(spark: SparkSession, uri: str, epochs: int = EPOCHS) -> DeltaTrace:
 if __name__ == "__main__":
     spark = session(
         "dd_etl-crash",
-        master="local[1]",
+        master=os.environ.get("DD_ETL_SPARK_MASTER", "local[1]"),
         conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
     )
     print("ready", flush=True)
