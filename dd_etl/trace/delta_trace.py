@@ -116,8 +116,6 @@ class DeltaTrace(Trace[DataFrame]):
         rows_per_file: int = spark_files.ROWS_PER_FILE,
     ) -> DeltaTrace:
         """Create the trace if it does not exist yet, then open it."""
-        if not key:
-            raise TraceError(f"trace {name!r}: needs at least one key column")
         unknown = [k for k in key if k not in schema.fieldNames()]
         if unknown:
             raise TraceError(f"trace {name!r}: key columns {unknown} are not in the schema")
@@ -134,10 +132,10 @@ class DeltaTrace(Trace[DataFrame]):
         files = self.files()
         if at is not None:
             files = [f for f in files if _may_hold_times_before(f, at, self.state.dims)]
-        if keys is not None:
+        if keys is not None and self.state.key:
             files = self._files_for_keys(files, keys)
         df = spark_files.read_files(self.spark, self.uri, self.state, files)
-        if keys is not None:
+        if keys is not None and self.state.key:
             cond = [df[k].eqNullSafe(keys[k]) for k in self.state.key]
             df = df.join(keys.select(*self.state.key).distinct(), cond, "left_semi")
         return df

@@ -44,6 +44,10 @@ def stored_schema(state: TraceState) -> StructType:
 
 
 def key_hash(key: Sequence[str]) -> Column:
+    """The 64-bit hash files are sorted and pruned by; a trace without key columns
+    (e.g. a global aggregate) keeps everything under one hash."""
+    if not key:
+        return F.lit(0).cast("long")
     return F.xxhash64(*[F.col(k) for k in key])
 
 

@@ -1,0 +1,69 @@
+"""Delta join of two arrangements.
+
+For the interval ``[lower, upper)`` the new output is
+
+    ΔA ⋈ (B(< lower) + ΔB)  +  A(< lower) ⋈ ΔB
+
+with output time the join (max) of the input times and diff the product of the
+input diffs. History is read only for the keys present in the other side's
+changes, so the cost follows the size of the change. SQL semantics: NULL keys
+never match.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dd_etl.trace.columns import DIFF, TIME
+
+History = Callable[[DataFrame], DataFrame]
+"""Given a DataFrame of key columns, the arrangement's accumulated contents
+before the interval for those keys: data columns plus ``_diff``."""
+
+
+def _keys(df: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Distinct non-NULL keys of ``df``: the only ones a join can match."""
+    present = functools.reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key])
+    return df.select(*key).where(present).distinct()
+
+
+def _pair(
+    left: DataFrame,
+    right: DataFrame,
+    lk: Sequence[str],
+    rk: Sequence[str],
+    right_columns: Sequence[str],
+    left_columns: Sequence[str],
+) -> DataFrame:
+    lhs = left.alias("l")
+    rhs = right.alias("r")
+    cond = [F.col(f"l.{a}") == F.col(f"r.{b}") for a, b in zip(lk, rk, strict=True)]
+    return lhs.join(rhs, cond, "inner").select(
+        *[F.col(f"l.{c}").alias(c) for c in left_columns],
+        *[F.col(f"r.{c}").alias(c) for c in right_columns],
+        F.greatest(F.col(f"l.{TIME}"), F.col(f"r.{TIME}")).alias(TIME),
+        (F.col(f"l.{DIFF}") * F.col(f"r.{DIFF}")).alias(DIFF),
+    )
+
+
+def delta_join(
+    d_left: DataFrame,
+    d_right: DataFrame,
+    left_history: History,
+    right_history: History,
+    lk: Sequence[str],
+    rk: Sequence[str],
+    left_columns: Sequence[str],
+    right_columns: Sequence[str],
+    history_time: int,
+) -> DataFrame:
+    hist_time = F.lit(history_time).cast("long")
+    h_right = right_history(_keys(d_left, lk).toDF(*rk)).withColumn(TIME, hist_time)
+    h_left = left_history(_keys(d_right, rk).toDF(*lk)).withColumn(TIME, hist_time)
+    first = _pair(d_left, h_right.unionByName(d_right), lk, rk, right_columns, left_columns)
+    second = _pair(h_left, d_right, lk, rk, right_columns, left_columns)
+    return first.unionByName(second)

@@ -1,0 +1,57 @@
+"""Linear operators: each output update depends on one input update only, so the
+output changes are the operator applied to the input changes, times unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from dd_etl.trace.columns import DIFF, TIME
+
+Expr = Column | str
+
+
+def col(e: Expr) -> Column:
+    """A Spark column from a column expression or a SQL expression string."""
+    return e if isinstance(e, Column) else F.expr(e)
+
+
+def bookkeeping(df: DataFrame) -> list[str]:
+    return [c for c in df.columns if c == DIFF or c.startswith(TIME)]
+
+
+def data_columns(df: DataFrame) -> list[str]:
+    book = set(bookkeeping(df))
+    return [c for c in df.columns if c not in book]
+
+
+def select(df: DataFrame, exprs: Sequence[Expr], named: dict[str, Expr]) -> DataFrame:
+    cols = [col(e) for e in exprs] + [col(e).alias(n) for n, e in named.items()]
+    return df.select(*cols, *bookkeeping(df))
+
+
+def filter_(df: DataFrame, predicate: Expr) -> DataFrame:
+    # SQL semantics: a NULL predicate drops the row, as WHERE does.
+    return df.where(F.coalesce(col(predicate), F.lit(False)))
+
+
+def explode(df: DataFrame, column: Expr, alias: str, keep: Sequence[str]) -> DataFrame:
+    return df.select(*keep, F.explode(col(column)).alias(alias), *bookkeeping(df))
+
+
+def concat(dfs: Sequence[DataFrame]) -> DataFrame:
+    out = dfs[0]
+    for other in dfs[1:]:
+        out = out.unionByName(other)
+    return out
+
+
+def negate(df: DataFrame) -> DataFrame:
+    return df.withColumn(DIFF, -F.col(DIFF))
+
+
+def consolidate(df: DataFrame) -> DataFrame:
+    group = [c for c in df.columns if c != DIFF]
+    return df.groupBy(*group).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)

@@ -1,0 +1,118 @@
+"""The operators of a dataflow graph, as plain data.
+
+A node names its operator, its parameters and its inputs; the runtime decides
+how to compute its changes. Nodes that keep history (sources, arrangements,
+reductions, views) own a trace named by the node's ``trace_name``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pyspark.sql.types import StructType
+
+from dd_etl.operators.linear import Expr
+
+ReduceKind = Literal["distinct", "count"]
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    id: str
+    inputs: tuple[Node, ...]
+    schema: StructType = field(repr=False)
+
+    @property
+    def columns(self) -> list[str]:
+        return self.schema.fieldNames()
+
+    @property
+    def trace_name(self) -> str | None:
+        """Relative location of the node's trace under the warehouse, if it keeps one."""
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Source(Node):
+    name: str = ""
+    key: tuple[str, ...] = ()
+
+    @property
+    def trace_name(self) -> str:
+        return f"sources/{self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Node):
+    exprs: tuple[Expr, ...] = ()
+    named: tuple[tuple[str, Expr], ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(Node):
+    predicate: Expr = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Explode(Node):
+    column: Expr = ""
+    alias: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Concat(Node):
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class Negate(Node):
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class Consolidate(Node):
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class Arrange(Node):
+    """The input's updates indexed by ``key``: a trace shared by every operator
+    (in any view of the dataflow) that needs the same collection by the same key."""
+
+    key: tuple[str, ...] = ()
+
+    @property
+    def trace_name(self) -> str:
+        return f"arrangements/{self.id}"
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Node):
+    """Inner equi-join of two arrangements; SQL semantics: NULL keys never match."""
+
+    left_key: tuple[str, ...] = ()
+    right_key: tuple[str, ...] = ()
+    right_columns: tuple[str, ...] = ()  # columns of the right side kept in the output
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(Node):
+    """Per-key reduction of an arrangement; its output is kept as a trace by key."""
+
+    key: tuple[str, ...] = ()
+    kind: ReduceKind = "distinct"
+    count_column: str = "count"
+
+    @property
+    def trace_name(self) -> str:
+        return f"reductions/{self.id}"
+
+
+@dataclass(frozen=True, eq=False)
+class View(Node):
+    name: str = ""
+
+    @property
+    def trace_name(self) -> str:
+        return f"views/{self.name}"

@@ -1,0 +1,258 @@
+"""Bring a dataflow's views up to date, epoch interval by epoch interval.
+
+A run processes all pending epochs ``[lower, upper)`` at once, where ``upper``
+is the meet of the sources' uppers and ``lower`` the least upper of the traces
+the dataflow maintains: many epochs go through the same Spark jobs, their times
+travelling in the data.
+
+Every node that keeps a trace appends its changes for ``[its upper, upper)``
+with the trace's compare-and-append, then reads its changes for ``[lower,
+upper)`` back from the trace, so downstream operators consume committed data
+and nothing is computed twice. A crash anywhere leaves each trace either before
+or after its append; the next run starts from the least upper and recomputes
+only what is missing (the changes are a deterministic function of the inputs
+before ``upper``, DESIGN invariant 5), and appends that were already committed
+are no-ops.
+
+After a run, the runtime's hold on every trace moves to ``upper - 1``: the next
+run reads history strictly before its ``lower``, which may then be compacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dd_etl.lattice import Antichain, meet_all
+from dd_etl.operators import linear
+from dd_etl.operators.join import delta_join
+from dd_etl.operators.reduce import counter, delta_reduce, distinct
+from dd_etl.plan import nodes as n
+from dd_etl.plan.dataflow import Dataflow, PlanError
+from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.delta_trace import DeltaTrace
+
+RUNTIME_READER = "runtime"
+RETENTION_READER = "retention"
+
+
+@dataclass
+class RunReport:
+    lower: int
+    upper: int
+    views: dict[str, int] = field(default_factory=dict)  # changes written per view
+
+    @property
+    def epochs(self) -> int:
+        return max(0, self.upper - self.lower)
+
+
+def epoch_of(frontier: Antichain) -> int:
+    bound = frontier.epoch_bound()
+    if bound is None:
+        raise PlanError("a complete (empty) frontier has no next epoch")
+    return bound
+
+
+class Runtime:
+    """Owns the traces of one dataflow under its warehouse root."""
+
+    def __init__(self, flow: Dataflow, retain_epochs: int | None = None) -> None:
+        self.flow = flow
+        self.spark = flow.spark
+        self.retain_epochs = retain_epochs
+        self._traces: dict[str, DeltaTrace] = {}
+
+    # ------------------------------------------------------------------ traces
+
+    def trace(self, node: n.Node) -> DeltaTrace:
+        name = node.trace_name
+        assert name is not None
+        if name not in self._traces:
+            key = self._trace_key(node)
+            uri = str(Path(self.flow.warehouse) / name)
+            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key)
+            trace.register_reader(RUNTIME_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
+            if isinstance(node, n.View):
+                trace.register_reader(
+                    RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0)
+                )
+            self._traces[name] = trace
+        return self._traces[name]
+
+    @staticmethod
+    def _trace_key(node: n.Node) -> tuple[str, ...]:
+        if isinstance(node, n.Source | n.Arrange | n.Reduce):
+            return node.key
+        return tuple(node.columns)
+
+    def stateful_nodes(self) -> list[n.Node]:
+        """Every node with a trace that the views depend on, inputs before users."""
+        seen: dict[str, n.Node] = {}
+
+        def visit(node: n.Node) -> None:
+            if node.id in seen:
+                return
+            for i in node.inputs:
+                visit(i)
+            seen[node.id] = node
+
+        for view in self.flow.views.values():
+            visit(view)
+        return [x for x in seen.values() if x.trace_name is not None]
+
+    # ------------------------------------------------------------------ input
+
+    def append_source(self, name: str, changes: DataFrame, epoch: int) -> bool:
+        """Add a source's changes as epoch ``epoch`` (``_diff`` defaults to +1 per row)."""
+        source = self.flow.sources.get(name)
+        if source is None:
+            raise PlanError(f"unknown source {name!r}; sources are {sorted(self.flow.sources)}")
+        if DIFF not in changes.columns:
+            changes = changes.withColumn(DIFF, F.lit(1).cast("long"))
+        updates = changes.withColumn(TIME, F.lit(epoch).cast("long"))
+        return self.trace(source).compare_and_append(
+            updates, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1)
+        )
+
+    # -------------------------------------------------------------------- run
+
+    def pending(self) -> tuple[int, int]:
+        nodes = self.stateful_nodes()
+        sources = [x for x in nodes if isinstance(x, n.Source)]
+        upper = epoch_of(meet_all(self.trace(s).reload().upper for s in sources)) if sources else 0
+        maintained = [x for x in nodes if not isinstance(x, n.Source)]
+        lower = min((epoch_of(self.trace(x).reload().upper) for x in maintained), default=upper)
+        return lower, upper
+
+    def run(self) -> RunReport:
+        lower, upper = self.pending()
+        report = RunReport(lower, upper)
+        if lower >= upper:
+            return report
+        interval = _Interval(self, lower, upper)
+        for name, view in self.flow.views.items():
+            report.views[name] = interval.delta(view).count()
+        for node in self.stateful_nodes():
+            trace = self.trace(node)
+            hold = Antichain.from_epoch(upper - 1)
+            trace.downgrade_reader(RUNTIME_READER, hold, hold)
+            if isinstance(node, n.View) and self.retain_epochs is not None:
+                keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
+                current = trace.state.hold_map[RETENTION_READER].logical
+                trace.downgrade_reader(RETENTION_READER, current.join(keep), current.join(keep))
+        return report
+
+    # ---------------------------------------------------------------- reading
+
+    def read(self, view: str, as_of: int | None = None) -> DataFrame:
+        """The view's rows at epoch ``as_of`` (default: latest), with bag semantics:
+        each row repeated by its multiplicity."""
+        trace = self.trace(self._view(view))
+        at = None if as_of is None else (as_of,)
+        acc = trace.read_at(at)
+        data = [c for c in acc.columns if c != DIFF]
+        negative = acc.where(F.col(DIFF) < 0).limit(1).collect()
+        if negative:
+            raise PlanError(f"view {view!r} has a negative multiplicity: {negative[0].asDict()}")
+        return acc.select(*data, F.explode(F.sequence(F.lit(1), F.col(DIFF)))).select(*data)
+
+    def changes(self, view: str, from_epoch: int, to_epoch: int) -> DataFrame:
+        """The view's consolidated changes at epochs ``[from_epoch, to_epoch)``:
+        rows with ``_time`` and ``_diff``."""
+        trace = self.trace(self._view(view))
+        df = trace.updates(at=(to_epoch - 1,))
+        df = df.where((F.col(TIME) >= from_epoch) & (F.col(TIME) < to_epoch))
+        return linear.consolidate(df.drop("_key_hash"))
+
+    def _view(self, name: str) -> n.View:
+        if name not in self.flow.views:
+            raise PlanError(f"unknown view {name!r}; views are {sorted(self.flow.views)}")
+        return self.flow.views[name]
+
+
+class _Interval:
+    """The changes of every node for one run's interval ``[lower, upper)``."""
+
+    def __init__(self, runtime: Runtime, lower: int, upper: int) -> None:
+        self.rt = runtime
+        self.lower = lower
+        self.upper = upper
+        self._deltas: dict[str, DataFrame] = {}
+
+    def delta(self, node: n.Node) -> DataFrame:
+        if node.id not in self._deltas:
+            self._deltas[node.id] = self._compute(node)
+        return self._deltas[node.id]
+
+    def _from_trace(self, node: n.Node, compute: Callable[[], DataFrame] | None) -> DataFrame:
+        trace = self.rt.trace(node)
+        start = epoch_of(trace.reload().upper)
+        if compute is not None and start < self.upper:
+            changes = compute().where(F.col(TIME) >= start)
+            trace.compare_and_append(
+                changes, Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
+            )
+        df = trace.updates(at=(self.upper - 1,))
+        df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
+        return df.select(*node.columns, TIME, DIFF)
+
+    def history(self, node: n.Node) -> Callable[[DataFrame], DataFrame]:
+        def read(keys: DataFrame) -> DataFrame:
+            if self.lower == 0:
+                return self.rt.flow.empty_updates(node.schema).drop(TIME)
+            return self.rt.trace(node).read_at((self.lower - 1,), keys=keys)
+
+        return read
+
+    def _compute(self, node: n.Node) -> DataFrame:
+        ins = node.inputs
+        if isinstance(node, n.Source):
+            return self._from_trace(node, None)
+        if isinstance(node, n.Select):
+            return linear.select(self.delta(ins[0]), node.exprs, dict(node.named))
+        if isinstance(node, n.Filter):
+            return linear.filter_(self.delta(ins[0]), node.predicate)
+        if isinstance(node, n.Explode):
+            keep = [c for c in ins[0].columns if c != node.alias]
+            return linear.explode(self.delta(ins[0]), node.column, node.alias, keep)
+        if isinstance(node, n.Concat):
+            return linear.concat([self.delta(i) for i in ins])
+        if isinstance(node, n.Negate):
+            return linear.negate(self.delta(ins[0]))
+        if isinstance(node, n.Consolidate):
+            return linear.consolidate(self.delta(ins[0]))
+        if isinstance(node, n.Arrange | n.View):
+            return self._from_trace(node, lambda: self.delta(ins[0]))
+        if isinstance(node, n.Join):
+            left, right = ins
+            return delta_join(
+                self.delta(left),
+                self.delta(right),
+                self.history(left),
+                self.history(right),
+                node.left_key,
+                node.right_key,
+                left.columns,
+                node.right_columns,
+                self.lower - 1,
+            )
+        if isinstance(node, n.Reduce):
+            reducer = distinct if node.kind == "distinct" else counter(node.count_column)
+            return self._from_trace(
+                node,
+                lambda: delta_reduce(
+                    self.delta(ins[0]),
+                    self.history(ins[0]),
+                    self.history(node),
+                    node.key,
+                    node.columns,
+                    reducer,
+                    self.lower - 1,
+                ),
+            )
+        raise PlanError(f"no runtime rule for operator {type(node).__name__}")
