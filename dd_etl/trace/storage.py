@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from dd_etl.trace.batch import DataFile
+from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.spine import HashRange
 from dd_etl.trace.state import Merge, TraceState
 
@@ -39,6 +39,20 @@ class Snapshot:
     version: int
     state: TraceState
     files: dict[str, list[DataFile]] = field(default_factory=dict)  # batch id -> files
+
+    def after(self, version: int, commit: Commit) -> Snapshot:
+        """The snapshot our own ``commit`` produced, without reading it back."""
+        removed = {f.path for f in commit.remove}
+        files: dict[str, list[DataFile]] = {}
+        for batch_id, batch_files in self.files.items():
+            kept = [f for f in batch_files if f.path not in removed]
+            if kept:
+                files[batch_id] = kept
+        for f in commit.add:
+            files.setdefault(batch_id_of_path(f.path), []).append(f)
+        for batch_files in files.values():
+            batch_files.sort(key=lambda f: f.path)
+        return Snapshot(version, commit.state, files)
 
 
 class Storage(Protocol[U_contra]):

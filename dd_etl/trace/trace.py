@@ -74,11 +74,11 @@ class Trace(Generic[U]):
                 return False
             commit.state.check()
             try:
-                self.storage.commit(self.snapshot.version, commit)
+                version = self.storage.commit(self.snapshot.version, commit)
             except StaleVersion:
                 self.reload()
                 continue
-            self.reload()
+            self.snapshot = self.snapshot.after(version, commit)
             return True
         raise CommitConflict(
             f"trace {self.name!r}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits"

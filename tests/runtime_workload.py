@@ -1,0 +1,60 @@
+"""A deterministic dataflow workload, run in a child process that tests kill."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
+
+from dd_etl.plan import Dataflow
+from dd_etl.runtime import Runtime
+from dd_etl.spark import session
+from tests.test_runtime_equivalence import TRIPS, ZONES
+
+EPOCHS = 4
+VIEWS = ("joined", "counts", "pcs")
+
+
+def build(spark: SparkSession, warehouse: Path) -> Runtime:
+    flow = Dataflow(spark, warehouse)
+    trips = flow.source("trips", TRIPS, key=["id"])
+    zones = flow.source("zones", ZONES)
+    flow.view("joined", trips.join(zones, on="pc").select("id", "label"))
+    flow.view("counts", trips.count(["pc"]))
+    flow.view("pcs", trips.select("pc").distinct())
+    return Runtime(flow)
+
+
+def changes(epoch: int) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    trips = [(epoch * 3 + j, (epoch + j) % 3 or None, 1.0 * j, ["a"], 1) for j in range(3)]
+    if epoch:
+        prev = epoch * 3 - 3
+        trips.append((prev, (epoch - 1) % 3 or None, 0.0, ["a"], -1))
+    zones = [(epoch % 3 + 1, f"z{epoch}", 1)]
+    return trips, zones
+
+
+def run(spark: SparkSession, warehouse: Path) -> Runtime:
+    rt = build(spark, warehouse)
+    for first, last in ((0, 2), (2, EPOCHS)):
+        for epoch in range(first, last):
+            trips, zones = changes(epoch)
+            for name, rows, schema in (("trips", trips, TRIPS), ("zones", zones, ZONES)):
+                full = StructType([*schema.fields, StructField("_diff", LongType())])
+                rt.append_source(name, spark.createDataFrame(rows, full), epoch)
+        rt.run()
+    return rt
+
+
+if __name__ == "__main__":
+    spark = session(
+        "dd_etl-runtime-crash",
+        master=os.environ.get("DD_ETL_SPARK_MASTER", "local[1]"),
+        conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+    )
+    print("ready", flush=True)
+    run(spark, Path(sys.argv[1]))
+    print("done", flush=True)

@@ -1,0 +1,58 @@
+"""Killing a dataflow run at any point and running again gives exactly the views
+of an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.runtime_workload import EPOCHS, VIEWS, run
+from tests.test_runtime_equivalence import hashable
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[Counter[tuple[object, ...]]]]:
+    rt = run(spark, tmp_path_factory.mktemp("clean"))
+    return {
+        v: [Counter(hashable(tuple(r)) for r in rt.read(v, e).collect()) for e in range(EPOCHS)]
+        for v in VIEWS
+    }
+
+
+@pytest.mark.parametrize(
+    "failpoint", ["append.committed=9", "append.files_written=12", "append.committed=16"]
+)
+def test_a_killed_run_recovers_to_the_uninterrupted_result(
+    spark: SparkSession,
+    tmp_path: Path,
+    failpoint: str,
+    uninterrupted: dict[str, list[Counter[tuple[object, ...]]]],
+) -> None:
+    env = {**os.environ, "DD_ETL_FAILPOINTS": failpoint, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.runtime_workload", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
+    rt = run(spark, tmp_path)
+    for v in VIEWS:
+        for e in range(EPOCHS):
+            got = Counter(hashable(tuple(r)) for r in rt.read(v, e).collect())
+            assert got == uninterrupted[v][e], (v, e)
