@@ -25,10 +25,12 @@ History = Callable[[DataFrame], DataFrame]
 before the interval for those keys: data columns plus ``_diff``."""
 
 
-def _keys(df: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Distinct non-NULL keys of ``df``: the only ones a join can match."""
-    present = functools.reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key])
-    return df.select(*key).where(present).distinct()
+def _keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
+    """Distinct keys of ``df`` a join can match: without ``null_safe``, not NULL."""
+    keys = df.select(*key)
+    if not null_safe:
+        keys = keys.where(functools.reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key]))
+    return keys.distinct()
 
 
 def _pair(
@@ -38,10 +40,15 @@ def _pair(
     rk: Sequence[str],
     right_columns: Sequence[str],
     left_columns: Sequence[str],
+    null_safe: bool,
 ) -> DataFrame:
     lhs = left.alias("l")
     rhs = right.alias("r")
-    cond = [F.col(f"l.{a}") == F.col(f"r.{b}") for a, b in zip(lk, rk, strict=True)]
+    pairs = zip(lk, rk, strict=True)
+    if null_safe:
+        cond = [F.col(f"l.{a}").eqNullSafe(F.col(f"r.{b}")) for a, b in pairs]
+    else:
+        cond = [F.col(f"l.{a}") == F.col(f"r.{b}") for a, b in pairs]
     return lhs.join(rhs, cond, "inner").select(
         *[F.col(f"l.{c}").alias(c) for c in left_columns],
         *[F.col(f"r.{c}").alias(c) for c in right_columns],
@@ -60,10 +67,12 @@ def delta_join(
     left_columns: Sequence[str],
     right_columns: Sequence[str],
     history_time: int,
+    null_safe: bool = False,
 ) -> DataFrame:
     hist_time = F.lit(history_time).cast("long")
-    h_right = right_history(_keys(d_left, lk).toDF(*rk)).withColumn(TIME, hist_time)
-    h_left = left_history(_keys(d_right, rk).toDF(*lk)).withColumn(TIME, hist_time)
-    first = _pair(d_left, h_right.unionByName(d_right), lk, rk, right_columns, left_columns)
-    second = _pair(h_left, d_right, lk, rk, right_columns, left_columns)
+    h_right = right_history(_keys(d_left, lk, null_safe).toDF(*rk)).withColumn(TIME, hist_time)
+    h_left = left_history(_keys(d_right, rk, null_safe).toDF(*lk)).withColumn(TIME, hist_time)
+    both = h_right.unionByName(d_right)
+    first = _pair(d_left, both, lk, rk, right_columns, left_columns, null_safe)
+    second = _pair(h_left, d_right, lk, rk, right_columns, left_columns, null_safe)
     return first.unionByName(second)

@@ -41,6 +41,20 @@ def counter(name: str) -> Reducer:
     return count
 
 
+def extreme(kind: str, value: str) -> Reducer:
+    """MIN or MAX of ``value`` per key (one level of a hierarchical reduction)."""
+    agg = F.min if kind == "min" else F.max
+
+    def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+        return (
+            acc.groupBy(*key, AT)
+            .agg(agg(value).alias(value))
+            .withColumn(DIFF, F.lit(1).cast("long"))
+        )
+
+    return reduce
+
+
 def null_safe_join(
     left: DataFrame, right: DataFrame, key: Sequence[str], how: str = "inner"
 ) -> DataFrame:

@@ -14,14 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.operators import linear
+from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
 from dd_etl.trace.columns import DIFF, TIME
+
+if TYPE_CHECKING:
+    from dd_etl.plan.aggregates import Aggregate
+
+JoinHow = Literal["inner", "left", "right", "full"]
+HIERARCHY_SHIFTS = (16, 8)
+"""Bucket hashes are 32 bits; the levels of a MIN/MAX group by their top 16 bits,
+then their top 8 bits, then by the key alone (each entry is a further shift)."""
 
 
 class PlanError(ValueError):
@@ -158,8 +169,38 @@ class Collection:
         *,
         left_on: Sequence[str] | None = None,
         right_on: Sequence[str] | None = None,
+        how: JoinHow = "inner",
+        null_safe: bool = False,
     ) -> Collection:
-        """Inner equi-join. With ``on`` the key columns appear once in the output."""
+        """Equi-join. With ``on`` the key columns appear once in the output.
+
+        ``how``: inner, left, right or full outer (unmatched rows padded with
+        NULLs). SQL semantics: NULL keys never match, unless ``null_safe``.
+        """
+        lk, rk, right_columns = self._join_keys(other, on, left_on, right_on)
+        if how == "inner":
+            return self._inner_join(other, lk, rk, right_columns, null_safe)
+        if how not in ("left", "right", "full"):
+            raise PlanError(f"join: unknown join type {how!r}")
+        inner = self._inner_join(other, lk, rk, right_columns, null_safe)
+        parts = [inner]
+        if how in ("left", "full"):
+            lonely = self.antijoin(other, left_on=lk, right_on=rk, null_safe=null_safe)
+            parts.append(lonely._padded(inner.node.schema))
+        if how in ("right", "full"):
+            lonely = other.antijoin(self, left_on=rk, right_on=lk, null_safe=null_safe)
+            if on is not None:  # the shared key columns come from whichever side matched
+                lonely = lonely.select(*lonely.columns)
+            parts.append(lonely._padded(inner.node.schema))
+        return parts[0].concat(*parts[1:])
+
+    def _join_keys(
+        self,
+        other: Collection,
+        on: Sequence[str] | str | None,
+        left_on: Sequence[str] | None,
+        right_on: Sequence[str] | None,
+    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         if on is not None:
             lk = rk = (on,) if isinstance(on, str) else tuple(on)
             right_columns = tuple(c for c in other.columns if c not in rk)
@@ -173,6 +214,16 @@ class Collection:
         clash = set(self.columns) & set(right_columns)
         if clash:
             raise PlanError(f"join: both sides have columns {sorted(clash)}; rename one side first")
+        return lk, rk, right_columns
+
+    def _inner_join(
+        self,
+        other: Collection,
+        lk: tuple[str, ...],
+        rk: tuple[str, ...],
+        right_columns: tuple[str, ...],
+        null_safe: bool,
+    ) -> Collection:
         left = self.flow.arrangement(self.node, lk)
         right = self.flow.arrangement(other.node, rk)
         fields = [*self.node.schema.fields, *(other.node.schema[c] for c in right_columns)]
@@ -183,35 +234,110 @@ class Collection:
             left_key=lk,
             right_key=rk,
             right_columns=right_columns,
+            null_safe=null_safe,
         )
         return Collection(self.flow, node)
 
-    def semijoin(self, other: Collection, on: Sequence[str] | str) -> Collection:
+    def _padded(self, schema: StructType) -> Collection:
+        """This collection with NULLs for the columns of ``schema`` it lacks, in its order."""
+        cols = [
+            F.col(f.name) if f.name in self.columns else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+        return self.select(*cols)
+
+    def semijoin(
+        self,
+        other: Collection,
+        on: Sequence[str] | str | None = None,
+        *,
+        left_on: Sequence[str] | None = None,
+        right_on: Sequence[str] | None = None,
+        null_safe: bool = False,
+    ) -> Collection:
         """Rows of ``self`` whose key occurs in ``other`` (SQL ``EXISTS``/``IN``),
         with their own multiplicity."""
-        keys = (on,) if isinstance(on, str) else tuple(on)
-        present = other.select(*keys).distinct()
-        renamed = present.select(**{f"__k{i}": k for i, k in enumerate(keys)})
-        joined = self.join(renamed, left_on=keys, right_on=[f"__k{i}" for i in range(len(keys))])
+        if on is not None:
+            left_on = right_on = (on,) if isinstance(on, str) else tuple(on)
+        if left_on is None or right_on is None:
+            raise PlanError("semijoin: give `on`, or both `left_on` and `right_on`")
+        present = other.select(*right_on).distinct()
+        renamed = present.select(**{f"__k{i}": k for i, k in enumerate(right_on)})
+        keys = [f"__k{i}" for i in range(len(right_on))]
+        joined = self._inner_join(renamed, tuple(left_on), tuple(keys), tuple(keys), null_safe)
         return joined.select(*self.columns)
 
-    def antijoin(self, other: Collection, on: Sequence[str] | str) -> Collection:
-        """Rows of ``self`` whose key does not occur in ``other``."""
-        return self.concat(self.semijoin(other, on).negate())
+    def antijoin(
+        self,
+        other: Collection,
+        on: Sequence[str] | str | None = None,
+        *,
+        left_on: Sequence[str] | None = None,
+        right_on: Sequence[str] | None = None,
+        null_safe: bool = False,
+    ) -> Collection:
+        """Rows of ``self`` whose key does not occur in ``other`` (``NOT EXISTS``)."""
+        matched = self.semijoin(other, on, left_on=left_on, right_on=right_on, null_safe=null_safe)
+        return self.concat(matched.negate())
 
     def _reduce(
-        self, key: tuple[str, ...], kind: n.ReduceKind, schema: StructType, **params: object
+        self, key: tuple[str, ...], kind: n.ReduceKind, schema: StructType, column: str
     ) -> Collection:
         arranged = self.flow.arrangement(self.node, key)
-        node = n.Reduce(self.flow._id(kind), (arranged,), schema, key=key, kind=kind, **params)  # type: ignore[arg-type]
+        node = n.Reduce(self.flow._id(kind), (arranged,), schema, key=key, kind=kind, column=column)
         return Collection(self.flow, node)
 
     def distinct(self) -> Collection:
         """Each distinct row once (set semantics)."""
-        return self._reduce(tuple(self.columns), "distinct", self.node.schema)
+        return self._reduce(tuple(self.columns), "distinct", self.node.schema, "")
 
     def count(self, key: Sequence[str] = (), name: str = "count") -> Collection:
         """Rows per key: one output row ``(key..., count)`` per key present."""
         key = tuple(key)
         fields = [self.node.schema[k] for k in key] + [StructField(name, LongType(), False)]
-        return self._reduce(key, "count", StructType(fields), count_column=name)
+        return self._reduce(key, "count", StructType(fields), name)
+
+    def extreme(self, kind: Literal["min", "max"], key: Sequence[str], value: str) -> Collection:
+        """MIN or MAX of ``value`` per key, ignoring NULLs, as a hierarchy of reductions.
+
+        Each level reduces by ``(key, bucket)`` where the bucket is a prefix of the
+        value's hash that shrinks by 8 bits per level, so no reduction ever sees
+        more than a few hundred records of a group and retracting the current
+        extreme of a huge group touches a bounded number of records.
+        """
+        key = tuple(key)
+        fields = [*[self.node.schema[k] for k in key], self.node.schema[value]]
+        level = self.filter(F.col(value).isNotNull()).select(
+            *key, value, __bucket=(F.xxhash64(value).bitwiseAND(0xFFFFFFFF)).cast("long")
+        )
+        for shift in HIERARCHY_SHIFTS:
+            bucketed = level.select(*key, value, __bucket=F.shiftrightunsigned("__bucket", shift))
+            schema = StructType([*fields[:-1], StructField("__bucket", LongType()), fields[-1]])
+            level = bucketed._reduce((*key, "__bucket"), kind, schema, value)
+        return level.select(*key, value)._reduce(key, kind, StructType(fields), value)
+
+    def accumulate(self, key: Sequence[str], values: Sequence[str]) -> Collection:
+        """Running ``(rows, non-NULL count, sum)`` per key of each value column."""
+        key, values = tuple(key), tuple(values)
+        # No arrangement of the input: accumulation never reads the input's history.
+        schema = self.flow.infer([self.node], lambda df: contributions(df, key, values))
+        node = n.Accumulate(
+            self.flow._id("accumulate"), (self.node,), schema, key=key, values=values
+        )
+        return Collection(self.flow, node)
+
+    def aggregate(self, by: Sequence[str], **aggregates: Aggregate) -> Collection:
+        """SQL GROUP BY: one row per group present, with the named aggregates.
+
+        Factored as in Materialize's robust reductions: COUNT/SUM/AVG accumulate
+        in place in one reduction; each MIN/MAX is its own hierarchical
+        reduction; DISTINCT aggregates reduce a DISTINCT projection. The parts
+        are joined back by group key (NULL keys are a group), so the state is
+        the sum of the parts, not their product.
+        """
+        if not by:
+            raise PlanError("aggregate: a GROUP BY needs at least one key column")
+        return build_aggregate(self, tuple(by), aggregates)
+
+
+from dd_etl.plan.aggregates import build_aggregate  # noqa: E402  (aggregates build on Collection)

@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 
 from dd_etl.operators.linear import Expr
 
-ReduceKind = Literal["distinct", "count"]
+ReduceKind = Literal["distinct", "count", "min", "max"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +94,7 @@ class Join(Node):
     left_key: tuple[str, ...] = ()
     right_key: tuple[str, ...] = ()
     right_columns: tuple[str, ...] = ()  # columns of the right side kept in the output
+    null_safe: bool = False  # NULL keys match each other (grouping keys, not SQL join keys)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +103,20 @@ class Reduce(Node):
 
     key: tuple[str, ...] = ()
     kind: ReduceKind = "distinct"
-    count_column: str = "count"
+    column: str = "count"  # the counted column's name, or the value min/max reduce
+
+    @property
+    def trace_name(self) -> str:
+        return f"reductions/{self.id}"
+
+
+@dataclass(frozen=True, eq=False)
+class Accumulate(Node):
+    """In-place sums per key (SQL COUNT/SUM/AVG): the output is the running
+    ``(rows, non-NULL count, sum)`` of each value column, never re-reading the input."""
+
+    key: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()
 
     @property
     def trace_name(self) -> str:

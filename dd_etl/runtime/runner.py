@@ -29,8 +29,9 @@ from pyspark.sql import functions as F
 
 from dd_etl.lattice import Antichain, meet_all
 from dd_etl.operators import linear
+from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.join import delta_join
-from dd_etl.operators.reduce import counter, delta_reduce, distinct
+from dd_etl.operators.reduce import Reducer, counter, delta_reduce, distinct, extreme
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
 from dd_etl.trace.columns import DIFF, TIME
@@ -86,7 +87,7 @@ class Runtime:
 
     @staticmethod
     def _trace_key(node: n.Node) -> tuple[str, ...]:
-        if isinstance(node, n.Source | n.Arrange | n.Reduce):
+        if isinstance(node, n.Source | n.Arrange | n.Reduce | n.Accumulate):
             return node.key
         return tuple(node.columns)
 
@@ -175,6 +176,14 @@ class Runtime:
         return self.flow.views[name]
 
 
+def reducer_for(node: n.Reduce) -> Reducer:
+    if node.kind == "distinct":
+        return distinct
+    if node.kind == "count":
+        return counter(node.column)
+    return extreme(node.kind, node.column)
+
+
 class _Interval:
     """The changes of every node for one run's interval ``[lower, upper)``."""
 
@@ -240,9 +249,17 @@ class _Interval:
                 left.columns,
                 node.right_columns,
                 self.lower - 1,
+                node.null_safe,
+            )
+        if isinstance(node, n.Accumulate):
+            return self._from_trace(
+                node,
+                lambda: delta_accumulate(
+                    self.delta(ins[0]), self.history(node), node.key, node.values
+                ),
             )
         if isinstance(node, n.Reduce):
-            reducer = distinct if node.kind == "distinct" else counter(node.count_column)
+            reducer = reducer_for(node)
             return self._from_trace(
                 node,
                 lambda: delta_reduce(

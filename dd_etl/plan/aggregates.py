@@ -1,0 +1,100 @@
+"""SQL aggregates over a GROUP BY, factored into independent reductions.
+
+``Aggregate`` says what to compute; ``build_aggregate`` lays out the dataflow:
+one accumulation for every COUNT/SUM/AVG (they share the per-group state
+``(rows, non-NULL count, sum)``), one hierarchical reduction per MIN/MAX, and a
+DISTINCT projection feeding an accumulation for each DISTINCT aggregate. The
+parts are left-joined to the group rows by key, NULL keys included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from dd_etl.operators.accumulate import ROWS, nn, total
+from dd_etl.operators.linear import Expr, col
+
+if TYPE_CHECKING:
+    from dd_etl.plan.dataflow import Collection
+
+Function = Literal["count", "sum", "avg", "min", "max"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    function: Function
+    expr: Expr | None = None  # None: COUNT(*)
+    distinct: bool = False
+
+
+def count(expr: Expr | None = None, distinct: bool = False) -> Aggregate:
+    return Aggregate("count", expr, distinct)
+
+
+def sum_(expr: Expr, distinct: bool = False) -> Aggregate:
+    return Aggregate("sum", expr, distinct)
+
+
+def avg(expr: Expr, distinct: bool = False) -> Aggregate:
+    return Aggregate("avg", expr, distinct)
+
+
+def min_(expr: Expr) -> Aggregate:
+    return Aggregate("min", expr)
+
+
+def max_(expr: Expr) -> Aggregate:
+    return Aggregate("max", expr)
+
+
+def _finish(function: Function, value: str) -> Column:
+    """The SQL result from an accumulated state: NULL when no non-NULL value was seen."""
+    if function == "count":
+        return F.col(nn(value))
+    some = F.col(nn(value)) > 0
+    if function == "sum":
+        return F.when(some, F.col(total(value)))
+    return F.when(some, F.col(total(value)) / F.col(nn(value)))
+
+
+def build_aggregate(
+    source: Collection, by: tuple[str, ...], aggregates: dict[str, Aggregate]
+) -> Collection:
+    inputs = {
+        f"__v{i}": col(a.expr) for i, a in enumerate(aggregates.values()) if a.expr is not None
+    }
+    projected = source.select(*by, **inputs)
+    value_of = {
+        name: f"__v{i}" for i, (name, a) in enumerate(aggregates.items()) if a.expr is not None
+    }
+
+    plain = [
+        n for n, a in aggregates.items() if a.function in ("count", "sum", "avg") and not a.distinct
+    ]
+    plain_values = sorted({value_of[n] for n in plain if n in value_of})
+    groups = projected.accumulate(by, plain_values)
+    finals: dict[str, Column] = {}
+    for name in plain:
+        a = aggregates[name]
+        finals[name] = F.col(ROWS) if a.expr is None else _finish(a.function, value_of[name])
+    result = groups.select(*by, *(c.alias(n) for n, c in finals.items()))
+
+    for name, a in aggregates.items():
+        if name in finals:
+            continue
+        value = value_of.get(name)
+        if value is None:
+            raise ValueError(f"aggregate {name!r}: {a.function.upper()}(DISTINCT *) is not SQL")
+        if a.function in ("min", "max"):
+            part = projected.extreme(a.function, by, value)
+            part = part.select(*by, F.col(value).alias(name))
+        else:
+            distinct = projected.select(*by, value).distinct()
+            state = distinct.accumulate(by, [value])
+            part = state.select(*by, _finish(a.function, value).alias(name))
+        result = result.join(part, on=list(by), how="left", null_safe=True)
+    return result.select(*by, *aggregates)
