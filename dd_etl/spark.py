@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -24,6 +25,9 @@ def session(
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Get or create the process's SparkSession (local by default)."""
+    # Python workers (for the few Python reductions) run this interpreter, with
+    # the same packages, unless the deployment says otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
     )

@@ -48,9 +48,10 @@ def test_maintenance_job_merges_and_vacuums_every_trace(
     )
     assert result.success
     assert result.output_for_node("maintain_traces") == 2
-    for trace in (a, b):
+    for trace, settled in ((a, 1), (b, 2)):  # 4 batches of 6 rows → 24; 3 → 12 + 6
         trace.reload()
-        assert len(trace.state.batches) == 1
+        assert len(trace.state.batches) == settled
+        assert trace.state.next_merge() is None
         on_disk = {
             p.relative_to(trace.uri).as_posix() for p in Path(trace.uri, "data").rglob("*.parquet")
         }
@@ -58,7 +59,7 @@ def test_maintenance_job_merges_and_vacuums_every_trace(
     assert contents(a.read_at((4,))) == before
     (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
     metadata = output.event_specific_data.metadata  # type: ignore[union-attr]
-    assert metadata["batches_after"].value == 2
+    assert metadata["batches_after"].value == 3
     assert metadata["files_removed"].value > 0
     reports = {r["trace"]: r for r in metadata["traces"].value}
     assert reports["a"]["batches_before"] == 4 and reports["a"]["since"] == [[4]]

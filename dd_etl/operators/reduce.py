@@ -11,9 +11,11 @@ The differences telescope, so the output accumulated at any ``e`` is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.operators.join import History
 from dd_etl.trace.columns import DIFF, TIME
@@ -51,6 +53,57 @@ def extreme(kind: str, value: str) -> Reducer:
             .agg(agg(value).alias(value))
             .withColumn(DIFF, F.lit(1).cast("long"))
         )
+
+    return reduce
+
+
+def top_k(order: Sequence[tuple[str, bool]], k: int) -> Reducer:
+    """The first ``k`` rows per key by ``order`` (SQL ORDER BY … LIMIT per group),
+    counting each row as often as its multiplicity; ties broken by the whole row
+    so the result is deterministic."""
+
+    def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+        data = [c for c in acc.columns if c not in (AT, DIFF)]
+        copies = acc.select(*data, AT, F.explode(F.sequence(F.lit(1), F.col(DIFF))).alias("__copy"))
+        ordering = [F.col(c).desc() if desc else F.col(c).asc() for c, desc in order]
+        window = Window.partitionBy(*key, AT).orderBy(*ordering, *data)
+        kept = copies.withColumn("__rank", F.row_number().over(window)).where(F.col("__rank") <= k)
+        return kept.groupBy(*data, AT).agg(F.count(F.lit(1)).alias(DIFF))
+
+    return reduce
+
+
+def threshold(multiplicity: str) -> Reducer:
+    """Each distinct row with its multiplicity mapped through a SQL expression of ``_diff``."""
+
+    def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+        data = [c for c in acc.columns if c not in (AT, DIFF)]
+        mapped = acc.select(*data, AT, F.expr(multiplicity).cast("long").alias(DIFF))
+        return mapped.where(F.col(DIFF) != 0)
+
+    return reduce
+
+
+def pandas_reduce(function: Callable[[Any], Any], schema: StructType) -> Reducer:
+    """A general reduction in Python, vectorised: ``function`` gets one key's rows as
+    a pandas DataFrame (data columns and ``_diff``, the multiplicity) and returns
+    the key's output rows, optionally with their own ``_diff``."""
+
+    def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+        out = StructType(
+            [*schema.fields, StructField(AT, LongType()), StructField(DIFF, LongType())]
+        )
+
+        def apply(group: Any) -> Any:
+            at = int(group[AT].iloc[0])
+            rows = function(group.drop(columns=[AT]).reset_index(drop=True))
+            rows = rows.copy()
+            if DIFF not in rows.columns:
+                rows[DIFF] = 1
+            rows[AT] = at
+            return rows[[*schema.fieldNames(), AT, DIFF]]
+
+        return acc.groupBy(*key, AT).applyInPandas(apply, out)
 
     return reduce
 

@@ -12,9 +12,9 @@ its schema; ``Runtime`` (``dd_etl.runtime``) computes the changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -281,11 +281,48 @@ class Collection:
         return self.concat(matched.negate())
 
     def _reduce(
-        self, key: tuple[str, ...], kind: n.ReduceKind, schema: StructType, column: str
+        self,
+        key: tuple[str, ...],
+        kind: n.ReduceKind,
+        schema: StructType,
+        column: str = "",
+        **params: Any,
     ) -> Collection:
         arranged = self.flow.arrangement(self.node, key)
-        node = n.Reduce(self.flow._id(kind), (arranged,), schema, key=key, kind=kind, column=column)
+        node = n.Reduce(
+            self.flow._id(kind), (arranged,), schema, key=key, kind=kind, column=column, **params
+        )
         return Collection(self.flow, node)
+
+    def top_k(
+        self, key: Sequence[str], order_by: Sequence[str | tuple[str, bool]], k: int
+    ) -> Collection:
+        """The first ``k`` rows of each key by ``order_by`` (names, or ``(name, descending)``)."""
+        order = tuple((o, False) if isinstance(o, str) else (o[0], bool(o[1])) for o in order_by)
+        unknown = [c for c, _ in order if c not in self.columns]
+        if unknown or k < 1:
+            raise PlanError(
+                f"top_k: unknown order columns {unknown}" if unknown else "top_k: k must be ≥ 1"
+            )
+        return self._reduce(tuple(key), "top_k", self.node.schema, order=order, limit=k)
+
+    def threshold(self, multiplicity: str) -> Collection:
+        """Map each distinct row's multiplicity through a SQL expression of ``_diff``:
+        ``"least(_diff, 1)"`` is ``distinct``; ``"IF(_diff >= 2, 1, 0)"`` keeps, once,
+        the rows that occur more than once."""
+        return self._reduce(
+            tuple(self.columns), "threshold", self.node.schema, multiplicity=multiplicity
+        )
+
+    def reduce(
+        self, key: Sequence[str], function: Callable[[Any], Any], schema: StructType
+    ) -> Collection:
+        """A general per-key reduction in Python: ``function(rows) -> rows`` on pandas
+        DataFrames, run vectorised per key (``rows`` has ``_diff``, the multiplicity)."""
+        missing = [k for k in key if k not in schema.fieldNames()]
+        if missing:
+            raise PlanError(f"reduce: the output schema must keep the key columns {missing}")
+        return self._reduce(tuple(key), "general", schema, function=function)
 
     def distinct(self) -> Collection:
         """Each distinct row once (set semantics)."""

@@ -7,14 +7,15 @@ reductions, views) own a trace named by the node's ``trace_name``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pyspark.sql.types import StructType
 
 from dd_etl.operators.linear import Expr
 
-ReduceKind = Literal["distinct", "count", "min", "max"]
+ReduceKind = Literal["distinct", "count", "min", "max", "top_k", "threshold", "general"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +105,10 @@ class Reduce(Node):
     key: tuple[str, ...] = ()
     kind: ReduceKind = "distinct"
     column: str = "count"  # the counted column's name, or the value min/max reduce
+    order: tuple[tuple[str, bool], ...] = ()  # top_k: (column, descending)
+    limit: int = 0  # top_k: rows kept per key
+    multiplicity: str = ""  # threshold: SQL expression of `_diff`, the row's count
+    function: Callable[[Any], Any] | None = None  # general: pandas group -> pandas rows
 
     @property
     def trace_name(self) -> str:

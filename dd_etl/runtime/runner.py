@@ -31,7 +31,16 @@ from dd_etl.lattice import Antichain, meet_all
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.join import delta_join
-from dd_etl.operators.reduce import Reducer, counter, delta_reduce, distinct, extreme
+from dd_etl.operators.reduce import (
+    Reducer,
+    counter,
+    delta_reduce,
+    distinct,
+    extreme,
+    pandas_reduce,
+    threshold,
+    top_k,
+)
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
 from dd_etl.trace.columns import DIFF, TIME
@@ -181,6 +190,13 @@ def reducer_for(node: n.Reduce) -> Reducer:
         return distinct
     if node.kind == "count":
         return counter(node.column)
+    if node.kind == "top_k":
+        return top_k(node.order, node.limit)
+    if node.kind == "threshold":
+        return threshold(node.multiplicity)
+    if node.kind == "general":
+        assert node.function is not None
+        return pandas_reduce(node.function, node.schema)
     return extreme(node.kind, node.column)
 
 

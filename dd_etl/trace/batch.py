@@ -1,7 +1,7 @@
-"""Batches as the spine sees them: a description, a size, and a level.
+"""Batches as the spine sees them: a description and a size.
 
 The updates themselves live in files named under ``data/<batch id>/``; the spine
-only needs how many records a batch holds and which level it sits on.
+only needs how many records a batch holds, which places it on a level.
 """
 
 from __future__ import annotations
@@ -12,24 +12,24 @@ from typing import Any
 from dd_etl.trace.description import Description
 
 
-def level_of(records: int) -> int:
-    """Spine level of a freshly appended batch: ⌈log2(records + 1)⌉ (0 when empty)."""
-    return records.bit_length()
-
-
 @dataclass(frozen=True, slots=True)
 class Batch:
     id: str
     description: Description
     records: int
-    level: int
+
+    @property
+    def level(self) -> int:
+        """The spine level: ⌈log2(records + 1)⌉, 0 when empty. It follows the
+        batch's size after consolidation, so a batch that compaction shrank
+        merges as soon as newer history grows to match it."""
+        return self.records.bit_length()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "description": self.description.to_json(),
             "records": self.records,
-            "level": self.level,
         }
 
     @classmethod
@@ -38,7 +38,6 @@ class Batch:
             value["id"],
             Description.from_json(value["description"]),
             int(value["records"]),
-            int(value["level"]),
         )
 
 

@@ -27,6 +27,12 @@ from dd_etl.trace.state import TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
 
 STATE_KEY = "dd_etl.trace_state"
+TABLE_CONFIGURATION = {
+    # Every commit carries the whole state, so the log grows with each step;
+    # only the newest state is ever read, so old commits may go after a week.
+    "delta.logRetentionDuration": "interval 7 days",
+    "delta.enableExpiredLogCleanup": "true",
+}
 OPERATION_KEY = "dd_etl.operation"
 
 
@@ -91,6 +97,7 @@ def create(uri: str, state: TraceState, arrow_schema: object) -> None:
         mode="ignore",
         name=state.name,
         description="dd_etl trace",
+        configuration=TABLE_CONFIGURATION,
         commit_properties=CommitProperties(
             custom_metadata={STATE_KEY: state.to_json(), OPERATION_KEY: "create"}
         ),

@@ -12,6 +12,7 @@ are never read (readers list files from the log) and are removed by ``vacuum``.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import uuid
@@ -35,6 +36,10 @@ from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot
 from dd_etl.trace.trace import Trace
 
+SMALL_BATCH_BYTES = 16 << 20
+"""Batches Spark's plan statistics put below this size are written as one file
+without counting them first (the estimate is an upper bound for scans)."""
+
 KEY_PRUNING_LIMIT = 100_000
 """Up to this many distinct probe keys, lookups collect key hashes and prune files."""
 
@@ -54,7 +59,13 @@ class DeltaStorage:
         return delta_log.commit(self.uri, expected_version, commit)
 
     def write_batch(self, state: TraceState, batch_id: str, updates: DataFrame) -> list[DataFile]:
-        stored = spark_files.to_stored(state, updates).persist()
+        stored = spark_files.to_stored(state, updates)
+        if spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES:
+            # Surely one file's worth: write it in one job, count from the footers.
+            return spark_files.write_files(
+                self.spark, self.uri, batch_dir(batch_id), state, stored, 1, self.rows_per_file
+            )
+        stored = stored.persist()
         try:
             records = stored.count()
             if records == 0:
@@ -169,7 +180,8 @@ class DeltaTrace(Trace[DataFrame]):
         Staged files of merges in progress are kept.
         """
         self.reload()
-        removed = delta_log.vacuum_removed(self.uri, int(retention_hours))
+        # The Delta log counts retention in whole hours: round up, never delete early.
+        removed = delta_log.vacuum_removed(self.uri, math.ceil(retention_hours))
         live = {f.path for fs in self.snapshot.files.values() for f in fs}
         live |= {f.path for m in self.state.merges for f in m.staged}
         cutoff = time.time() - retention_hours * 3600

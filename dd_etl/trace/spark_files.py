@@ -67,6 +67,12 @@ def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
     )
 
 
+def estimated_bytes(df: DataFrame) -> int:
+    """Spark's own size estimate of a plan, without running it."""
+    stats = df._jdf.queryExecution().optimizedPlan().stats()
+    return int(str(stats.sizeInBytes()))
+
+
 def consolidate(df: DataFrame, partitions: int) -> DataFrame:
     """Sum the diffs of equal rows, drop zeros, and lay rows out by key hash.
 

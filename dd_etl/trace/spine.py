@@ -2,10 +2,12 @@
 
 The spine keeps a trace's batches contiguous in time and in geometrically
 decreasing sizes, so a trace of ``n`` appended records holds ``O(log n)`` batches.
-Each batch sits on a level (``⌈log2 records⌉`` when appended); two adjacent
-batches merge when the newer one's level reaches the older one's, and the result
-moves one level up — a binary counter over appended records, so every record is
-merged ``O(log n)`` times.
+Each batch sits on the level ``⌈log2 records⌉``; two adjacent batches merge
+when the newer one's level reaches the older one's — a binary counter over
+records, so a settled spine has strictly decreasing levels (at most one batch
+per level) and every record is merged ``O(log n)`` times. The oldest such pair
+merges first: it is the largest imbalance, and taking newer pairs first would
+let fresh appends starve old history of its compaction.
 
 A merge reads its inputs in slices of the key-hash space. Fuel is counted in
 input records; one unit of fuel merges about one record. A merge of ``w``
@@ -29,13 +31,13 @@ HASH_SPACE = 1 << 64
 def merge_candidate(
     batches: Sequence[Batch], busy: set[str], physical: Antichain
 ) -> tuple[int, int] | None:
-    """Indices ``(i, i + 1)`` of the newest adjacent pair that should merge, if any.
+    """Indices ``(i, i + 1)`` of the oldest adjacent pair that should merge, if any.
 
     Only batches whose upper the physical frontier has passed may merge: a reader
     holding ``physical`` must still be able to tell updates apart at boundaries
     beyond it.
     """
-    for i in range(len(batches) - 2, -1, -1):
+    for i in range(len(batches) - 1):
         older, newer = batches[i], batches[i + 1]
         if older.id in busy or newer.id in busy:
             continue
@@ -44,10 +46,6 @@ def merge_candidate(
         if older.level <= newer.level:
             return i, i + 1
     return None
-
-
-def merged_level(inputs: Sequence[Batch]) -> int:
-    return max(b.level for b in inputs) + 1
 
 
 def cursor_after(cursor: int, work: int, fuel: int) -> int:

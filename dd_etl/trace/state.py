@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dd_etl.lattice import Antichain, meet_all
-from dd_etl.trace.batch import Batch, DataFile, level_of
+from dd_etl.trace.batch import Batch, DataFile
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import HoldRegression, TraceError, UnknownReader, UpperMismatch
 from dd_etl.trace.holds import ReaderHold
-from dd_etl.trace.spine import HASH_SPACE, batch_limit, merge_candidate, merged_level
+from dd_etl.trace.spine import HASH_SPACE, batch_limit, merge_candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,7 @@ class TraceState:
                 f"trace {self.name!r}: batch upper {description.upper!r} is "
                 f"before its lower {description.lower!r}"
             )
-        batch = Batch(batch_id, description, records, level_of(records))
+        batch = Batch(batch_id, description, records)
         return self._with(batches=(*self.batches, batch), upper=description.upper)
 
     def register_reader(
@@ -211,9 +211,7 @@ class TraceState:
         description = Description(
             inputs[0].description.lower, inputs[-1].description.upper, merge.since
         )
-        merged = Batch(
-            merge.id, description, sum(f.records for f in merge.staged), merged_level(inputs)
-        )
+        merged = Batch(merge.id, description, sum(f.records for f in merge.staged))
         batches = (*self.batches[:start], merged, *self.batches[end:])
         merges = tuple(m for m in self.merges if m.id != merge_id)
         return replace(self, batches=batches, merges=merges)

@@ -159,17 +159,22 @@ class Trace(Generic[U]):
         """Spend up to ``fuel`` records of merge work (``None``: until the spine is
         settled, no merge running and none called for); returns the fuel used.
 
-        Resumes merges in progress first (oldest first), then starts the next
-        merge the spine calls for. Each step is committed on its own, so a crash
-        loses at most the step in flight.
+        Every merge the spine calls for is started (they touch disjoint batches),
+        and fuel goes to the one closest to finishing first: small merges
+        complete quickly and keep the batch count down while a large one
+        progresses over many steps. Each step is committed on its own, so a
+        crash loses at most the step in flight.
         """
+        self.reload()
         spent = 0
         while fuel is None or spent < fuel:
-            self.reload()
-            merge = self.state.merges[0] if self.state.merges else self._begin_next_merge()
-            if merge is None:
+            while self._begin_next_merge() is not None:
+                pass
+            if not self.state.merges:
                 break
-            budget = merge.work if fuel is None else fuel - spent
+            merge = min(self.state.merges, key=lambda m: remaining_work(m.cursor, m.work))
+            remaining = remaining_work(merge.cursor, merge.work)
+            budget = remaining if fuel is None else fuel - spent
             spent += self._merge_step(merge, budget)
         return spent
 
