@@ -6,14 +6,13 @@ intervals already committed are no-ops, merges resume from their last step.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from pyspark.sql import SparkSession
 
 from dd_etl.lattice import Antichain
-from dd_etl.spark import session
 from dd_etl.trace.delta_trace import DeltaTrace
+from tests.child_process import main
 from tests.model_storage import Update
 from tests.test_delta_trace import SCHEMA, frame
 
@@ -49,11 +48,4 @@ def run(spark: SparkSession, uri: str, epochs: int = EPOCHS) -> DeltaTrace:
 
 
 if __name__ == "__main__":
-    spark = session(
-        "dd_etl-crash",
-        master=os.environ.get("DD_ETL_SPARK_MASTER", "local[1]"),
-        conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-    )
-    print("ready", flush=True)
-    run(spark, sys.argv[1])
-    print("done", flush=True)
+    main("dd_etl-crash", lambda spark: run(spark, sys.argv[1]))

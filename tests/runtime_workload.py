@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
-from dd_etl.spark import session
+from tests.child_process import main
 from tests.test_runtime_equivalence import TRIPS, ZONES
 
 EPOCHS = 4
@@ -50,11 +49,4 @@ def run(spark: SparkSession, warehouse: Path) -> Runtime:
 
 
 if __name__ == "__main__":
-    spark = session(
-        "dd_etl-runtime-crash",
-        master=os.environ.get("DD_ETL_SPARK_MASTER", "local[1]"),
-        conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-    )
-    print("ready", flush=True)
-    run(spark, Path(sys.argv[1]))
-    print("done", flush=True)
+    main("dd_etl-runtime-crash", lambda spark: run(spark, Path(sys.argv[1])))

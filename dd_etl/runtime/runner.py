@@ -21,6 +21,7 @@ run reads history strictly before its ``lower``, which may then be compacted.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,8 @@ from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
 
 RUNTIME_READER = "runtime"
+PARALLEL_TRACES = 4
+"""Traces written concurrently within one layer of the dataflow."""
 RETENTION_READER = "retention"
 
 
@@ -145,17 +148,42 @@ class Runtime:
         if lower >= upper:
             return report
         interval = _Interval(self, lower, upper)
-        for name, view in self.flow.views.items():
-            report.views[name] = interval.delta(view).count()
-        for node in self.stateful_nodes():
-            trace = self.trace(node)
-            hold = Antichain.from_epoch(upper - 1)
-            trace.downgrade_reader(RUNTIME_READER, hold, hold)
-            if isinstance(node, n.View) and self.retain_epochs is not None:
-                keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
-                current = trace.state.hold_map[RETENTION_READER].logical
-                trace.downgrade_reader(RETENTION_READER, current.join(keep), current.join(keep))
+        with ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
+            # Traces of one depth depend only on shallower ones: write them side by
+            # side, so Spark overlaps their small jobs instead of running one at a time.
+            for layer in self.layers():
+                list(pool.map(interval.delta, layer))
+            views = list(self.flow.views.items())
+            counts = pool.map(lambda item: interval.delta(item[1]).count(), views)
+            report.views = dict(zip([name for name, _ in views], counts, strict=True))
+            list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes()))
         return report
+
+    def layers(self) -> list[list[n.Node]]:
+        """The stateful nodes grouped by how many traces lie between them and the sources."""
+        depth: dict[str, int] = {}
+
+        def depth_of(node: n.Node) -> int:
+            if node.id not in depth:
+                below = max((depth_of(i) for i in node.inputs), default=0)
+                depth[node.id] = below + (1 if node.inputs and node.trace_name else 0)
+            return depth[node.id]
+
+        layers: dict[int, list[n.Node]] = {}
+        for node in self.stateful_nodes():
+            layers.setdefault(depth_of(node), []).append(node)
+        return [layers[d] for d in sorted(layers)]
+
+    def _release(self, node: n.Node, upper: int) -> None:
+        """Move this runtime's holds to ``upper - 1``: the next run reads only history
+        before ``upper``."""
+        trace = self.trace(node)
+        hold = Antichain.from_epoch(upper - 1)
+        trace.downgrade_reader(RUNTIME_READER, hold, hold)
+        if isinstance(node, n.View) and self.retain_epochs is not None:
+            keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
+            current = trace.state.hold_map[RETENTION_READER].logical
+            trace.downgrade_reader(RETENTION_READER, current.join(keep), current.join(keep))
 
     # ---------------------------------------------------------------- reading
 

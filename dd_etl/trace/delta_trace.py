@@ -40,6 +40,9 @@ SMALL_BATCH_BYTES = 16 << 20
 """Batches Spark's plan statistics put below this size are written as one file
 without counting them first (the estimate is an upper bound for scans)."""
 
+PRUNING_MIN_FILES = 4
+"""Below this many files a key lookup reads them all rather than prune."""
+
 KEY_PRUNING_LIMIT = 100_000
 """Up to this many distinct probe keys, lookups collect key hashes and prune files."""
 
@@ -164,6 +167,8 @@ class DeltaTrace(Trace[DataFrame]):
         return df.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
 
     def _files_for_keys(self, files: list[DataFile], keys: DataFrame) -> list[DataFile]:
+        if len(files) <= PRUNING_MIN_FILES:
+            return files  # nothing to gain from a Spark job that collects the probe hashes
         hashes = keys.select(spark_files.key_hash(self.state.key).alias(KEY_HASH)).distinct()
         probe = [r[0] for r in hashes.limit(KEY_PRUNING_LIMIT + 1).collect()]
         if len(probe) > KEY_PRUNING_LIMIT:

@@ -80,8 +80,9 @@ def consolidate(df: DataFrame, partitions: int) -> DataFrame:
     aggregation needs no second shuffle.
     """
     group = [c for c in df.columns if c != DIFF]
-    # One file needs no range boundaries: skip the sampling job range partitioning runs.
-    laid_out = df.repartition(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
+    # One file needs no range boundaries and no shuffle: a single partition already
+    # satisfies the aggregation's distribution.
+    laid_out = df.coalesce(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
     return (
         laid_out.groupBy(*group)
         .agg(F.sum(DIFF).alias(DIFF))
