@@ -163,3 +163,8 @@ def test_views_equal_a_from_scratch_evaluation_after_every_epoch(
             }
         )
         assert scratch == maintained, view
+        # the change feed from the first epoch accumulates to the same contents
+        feed: Counter[Row] = Counter()
+        for r in rt.changes(view, 0, epoch).collect():
+            feed[hashable(tuple(r)[:-2])] += r["_diff"]
+        assert +feed == maintained, view

@@ -44,8 +44,9 @@ from dd_etl.operators.reduce import (
 )
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
-from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.errors import SinceViolation
 
 RUNTIME_READER = "runtime"
 PARALLEL_TRACES = 4
@@ -203,9 +204,12 @@ class Runtime:
         """The view's consolidated changes at epochs ``[from_epoch, to_epoch)``:
         rows with ``_time`` and ``_diff``."""
         trace = self.trace(self._view(view))
+        if from_epoch > 0 and not trace.state.since.less_equal_time((from_epoch - 1,)):
+            # times before from_epoch may have been advanced into the interval
+            raise SinceViolation(trace.name, from_epoch - 1, trace.state.since)
         df = trace.updates(at=(to_epoch - 1,))
         df = df.where((F.col(TIME) >= from_epoch) & (F.col(TIME) < to_epoch))
-        return linear.consolidate(df.drop("_key_hash"))
+        return linear.consolidate(df.drop(KEY_HASH))
 
     def _view(self, name: str) -> n.View:
         if name not in self.flow.views:
