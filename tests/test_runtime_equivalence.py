@@ -144,6 +144,8 @@ def test_views_equal_a_from_scratch_evaluation_after_every_epoch(
             epoch += 1
         report = rt.run()
         assert report.upper == epoch
+        for view in ("counts", "joined"):
+            assert report.views[view] == rt.changes(view, report.lower, report.upper).count()
 
     con = duckdb.connect()
     for e, (t, z) in enumerate(history):

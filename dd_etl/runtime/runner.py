@@ -58,7 +58,7 @@ RETENTION_READER = "retention"
 class RunReport:
     lower: int
     upper: int
-    views: dict[str, int] = field(default_factory=dict)  # changes written per view
+    views: dict[str, int] = field(default_factory=dict)  # change records this run wrote per view
 
     @property
     def epochs(self) -> int:
@@ -154,10 +154,8 @@ class Runtime:
             # side, so Spark overlaps their small jobs instead of running one at a time.
             for layer in self.layers():
                 list(pool.map(interval.delta, layer))
-            views = list(self.flow.views.items())
-            counts = pool.map(lambda item: interval.delta(item[1]).count(), views)
-            report.views = dict(zip([name for name, _ in views], counts, strict=True))
             list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes()))
+        report.views = {name: interval.written.get(v.id, 0) for name, v in self.flow.views.items()}
         return report
 
     def layers(self) -> list[list[n.Node]]:
@@ -240,6 +238,7 @@ class _Interval:
         self.lower = lower
         self.upper = upper
         self._deltas: dict[str, DataFrame] = {}
+        self.written: dict[str, int] = {}  # records appended per node by this run
 
     def delta(self, node: n.Node) -> DataFrame:
         if node.id not in self._deltas:
@@ -251,9 +250,14 @@ class _Interval:
         start = epoch_of(trace.reload().upper)
         if compute is not None and start < self.upper:
             changes = compute().where(F.col(TIME) >= start)
-            trace.compare_and_append(
-                changes, Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
-            )
+            lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
+            if trace.compare_and_append(changes, lower, upper):
+                # the new batch, unless back-pressure already merged it away
+                self.written[node.id] = sum(
+                    b.records
+                    for b in trace.state.batches
+                    if b.description.lower == lower and b.description.upper == upper
+                )
         df = trace.updates(at=(self.upper - 1,))
         df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
         return df.select(*node.columns, TIME, DIFF)
