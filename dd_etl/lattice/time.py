@@ -10,8 +10,6 @@ The product order makes times a lattice: ``join`` is the coordinate-wise max
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 Time = tuple[int, ...]
 
 
@@ -45,14 +43,6 @@ def meet(a: Time, b: Time) -> Time:
     """Greatest lower bound."""
     _check_scope(a, b)
     return tuple(min(x, y) for x, y in zip(a, b, strict=True))
-
-
-def join_all(times: Iterable[Time]) -> Time:
-    it = iter(times)
-    acc = next(it)
-    for t in it:
-        acc = join(acc, t)
-    return acc
 
 
 def minimum(dims: int) -> Time:

@@ -247,7 +247,7 @@ class _Interval:
 
     def _from_trace(self, node: n.Node, compute: Callable[[], DataFrame] | None) -> DataFrame:
         trace = self.rt.trace(node)
-        start = epoch_of(trace.reload().upper)
+        start = epoch_of(trace.state.upper)  # fresh: pending() reloaded every trace
         if compute is not None and start < self.upper:
             changes = compute().where(F.col(TIME) >= start)
             lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)

@@ -15,7 +15,3 @@ TIME = "_time"
 def time_columns(dims: int) -> list[str]:
     """``_time`` for epochs, then ``_time1``, ``_time2``… for loop iterations."""
     return [TIME] + [f"{TIME}{i}" for i in range(1, dims)]
-
-
-def reserved(dims: int) -> list[str]:
-    return [KEY_HASH, *time_columns(dims), DIFF]

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from dd_etl.lattice import Antichain, Time
+from dd_etl.lattice import Time
 from dd_etl.trace import delta_log, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
@@ -218,10 +218,3 @@ def _may_hold_times_before(file: DataFile, at: Time, dims: int) -> bool:
         if b is not None and b[0] > bound:
             return False
     return True
-
-
-def open_trace(spark: SparkSession, uri: str) -> DeltaTrace:
-    return DeltaTrace(spark, uri)
-
-
-__all__ = ["Antichain", "DeltaStorage", "DeltaTrace", "open_trace"]
