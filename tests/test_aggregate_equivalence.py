@@ -33,6 +33,8 @@ TRIPS = StructType(
 ORACLE = {
     "fares": "SELECT pc, COUNT(*), COUNT(fare), SUM(fare), AVG(fare), MIN(fare), MAX(fare), "
     "COUNT(DISTINCT dist), SUM(DISTINCT dist), MIN(dist) FROM trips GROUP BY pc",
+    "overall": "SELECT COUNT(*), COUNT(fare), SUM(fare), MIN(fare), COUNT(DISTINCT dist) "
+    "FROM trips WHERE fare > 30",
     "left": "SELECT a.id, a.pc, b.id2 FROM trips a LEFT JOIN "
     "(SELECT id AS id2, dist FROM trips WHERE fare > 10) b ON a.pc = b.dist",
     "full": "SELECT a.id, a.pc, b.id2 FROM trips a FULL JOIN "
@@ -56,6 +58,15 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
         near=agg.min_("dist"),
     )
     flow.view("fares", fares)
+    overall = trips.filter("fare > 30").aggregate(
+        [],
+        n=agg.count(),
+        fares=agg.count("fare"),
+        total=agg.sum_("fare"),
+        lo=agg.min_("fare"),
+        dists=agg.count("dist", distinct=True),
+    )
+    flow.view("overall", overall)
     pricey = trips.filter("fare > 10").select(id2="id", dist="dist")
     for how in ("left", "full"):
         joined = trips.select("id", "pc").join(pricey, left_on=["pc"], right_on=["dist"], how=how)

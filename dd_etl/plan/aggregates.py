@@ -61,9 +61,34 @@ def _finish(function: Function, value: str) -> Column:
     return F.when(some, F.col(total(value)) / F.col(nn(value)))
 
 
+GLOBAL_GROUP = "__all"
+
+
 def build_aggregate(
     source: Collection, by: tuple[str, ...], aggregates: dict[str, Aggregate]
 ) -> Collection:
+    if by:
+        return _grouped(source, by, aggregates)[0]
+    # One group holding every row; while it is empty, SQL still gives one row.
+    everything = source.select(*source.columns, **{GLOBAL_GROUP: F.lit(0)})
+    result, groups = _grouped(everything, (GLOBAL_GROUP,), aggregates)
+    rows = result.select(*aggregates)
+    schema = rows.node.schema
+    defaults = [0 if a.function == "count" else None for a in aggregates.values()]
+    empty = source.flow.constant([defaults], schema)
+    present = groups.select(
+        *(
+            F.lit(d).cast(schema[name].dataType).alias(name)
+            for name, d in zip(aggregates, defaults, strict=True)
+        )
+    )
+    return rows.concat(empty, present.negate())
+
+
+def _grouped(
+    source: Collection, by: tuple[str, ...], aggregates: dict[str, Aggregate]
+) -> tuple[Collection, Collection]:
+    """The aggregates per group present, and the group rows they hang off."""
     inputs = {
         f"__v{i}": col(a.expr) for i, a in enumerate(aggregates.values()) if a.expr is not None
     }
@@ -97,4 +122,4 @@ def build_aggregate(
             state = distinct.accumulate(by, [value])
             part = state.select(*by, _finish(a.function, value).alias(name))
         result = result.join(part, on=list(by), how="left", null_safe=True)
-    return result.select(*by, *aggregates)
+    return result.select(*by, *aggregates), groups

@@ -24,6 +24,7 @@ from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
+from dd_etl.plan.fingerprint import node_id
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
@@ -47,11 +48,6 @@ class Dataflow:
         self.sources: dict[str, n.Source] = {}
         self.views: dict[str, n.View] = {}
         self._arrangements: dict[tuple[str, tuple[str, ...]], n.Arrange] = {}
-        self._counter = 0
-
-    def _id(self, kind: str) -> str:
-        self._counter += 1
-        return f"{self._counter:03d}_{kind}"
 
     def source(self, name: str, schema: StructType, key: Sequence[str] | None = None) -> Collection:
         if name in self.sources:
@@ -60,14 +56,31 @@ class Dataflow:
         unknown = [k for k in key if k not in schema.fieldNames()]
         if unknown:
             raise PlanError(f"source {name!r}: key columns {unknown} are not in its schema")
-        node = n.Source(self._id("source"), (), schema, name=name, key=key)
+        node = n.Source(f"source_{name}", (), schema, name=name, key=key)
         self.sources[name] = node
         return Collection(self, node)
+
+    def constant(self, rows: Sequence[Sequence[Any]], schema: StructType) -> Collection:
+        """A collection holding ``rows`` (each once) from epoch 0 on."""
+        fixed = tuple(tuple(r) for r in rows)
+        width = len(schema.fields)
+        if any(len(r) != width for r in fixed):
+            raise PlanError(f"constant: every row needs {width} values for {schema.fieldNames()}")
+        node = n.Constant(node_id("constant", (), schema, rows=fixed), (), schema, rows=fixed)
+        return Collection(self, node)
+
+    def constant_updates(self, node: n.Constant) -> DataFrame:
+        """The rows of ``node`` as updates at epoch 0."""
+        rows = self.spark.createDataFrame(list(node.rows), node.schema)
+        return rows.withColumn(TIME, F.lit(0).cast("long")).withColumn(DIFF, F.lit(1).cast("long"))
 
     def view(self, name: str, collection: Collection) -> Collection:
         if name in self.views:
             raise PlanError(f"view {name!r} is defined twice")
-        node = n.View(self._id("view"), (collection.node,), collection.node.schema, name=name)
+        # Structural like every id, so what reads a view changes when its definition does.
+        schema = collection.node.schema
+        view_id = node_id("view", (collection.node.id,), schema, name=name)
+        node = n.View(view_id, (collection.node,), schema, name=name)
         self.views[name] = node
         return Collection(self, node)
 
@@ -79,7 +92,7 @@ class Dataflow:
         cache_key = (node.id, key)
         if cache_key not in self._arrangements:
             self._arrangements[cache_key] = n.Arrange(
-                self._id("arrange"), (node,), node.schema, key=key
+                node_id("arrange", (node.id,), node.schema, key=key), (node,), node.schema, key=key
             )
         return self._arrangements[cache_key]
 
@@ -114,7 +127,8 @@ class Collection:
             schema = self.flow.infer(inputs, build)
         except Exception as e:  # Spark's analysis errors name the column and position
             raise PlanError(f"{cls.__name__.lower()}: {e}") from e
-        node = cls(self.flow._id(cls.__name__.lower()), inputs, schema, **params)
+        ids = tuple(i.id for i in inputs)
+        node = cls(node_id(cls.__name__.lower(), ids, schema, **params), inputs, schema, **params)
         return Collection(self.flow, node)
 
     # ------------------------------------------------------------------ linear
@@ -227,14 +241,12 @@ class Collection:
         left = self.flow.arrangement(self.node, lk)
         right = self.flow.arrangement(other.node, rk)
         fields = [*self.node.schema.fields, *(other.node.schema[c] for c in right_columns)]
+        schema = StructType(fields)
+        params: dict[str, Any] = dict(
+            left_key=lk, right_key=rk, right_columns=right_columns, null_safe=null_safe
+        )
         node = n.Join(
-            self.flow._id("join"),
-            (left, right),
-            StructType(fields),
-            left_key=lk,
-            right_key=rk,
-            right_columns=right_columns,
-            null_safe=null_safe,
+            node_id("join", (left.id, right.id), schema, **params), (left, right), schema, **params
         )
         return Collection(self.flow, node)
 
@@ -289,8 +301,9 @@ class Collection:
         **params: Any,
     ) -> Collection:
         arranged = self.flow.arrangement(self.node, key)
+        params.update(key=key, kind=kind, column=column)
         node = n.Reduce(
-            self.flow._id(kind), (arranged,), schema, key=key, kind=kind, column=column, **params
+            node_id(kind, (arranged.id,), schema, **params), (arranged,), schema, **params
         )
         return Collection(self.flow, node)
 
@@ -359,12 +372,18 @@ class Collection:
         # No arrangement of the input: accumulation never reads the input's history.
         schema = self.flow.infer([self.node], lambda df: contributions(df, key, values))
         node = n.Accumulate(
-            self.flow._id("accumulate"), (self.node,), schema, key=key, values=values
+            node_id("accumulate", (self.node.id,), schema, key=key, values=values),
+            (self.node,),
+            schema,
+            key=key,
+            values=values,
         )
         return Collection(self.flow, node)
 
     def aggregate(self, by: Sequence[str], **aggregates: Aggregate) -> Collection:
         """SQL GROUP BY: one row per group present, with the named aggregates.
+        Without ``by``, one row over the whole input, even an empty one
+        (COUNT 0, other aggregates NULL).
 
         Factored as in Materialize's robust reductions: COUNT/SUM/AVG accumulate
         in place in one reduction; each MIN/MAX is its own hierarchical
@@ -372,8 +391,8 @@ class Collection:
         are joined back by group key (NULL keys are a group), so the state is
         the sum of the parts, not their product.
         """
-        if not by:
-            raise PlanError("aggregate: a GROUP BY needs at least one key column")
+        if not aggregates:
+            raise PlanError("aggregate: name at least one aggregate")
         return build_aggregate(self, tuple(by), aggregates)
 
 

@@ -45,6 +45,13 @@ class Source(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Constant(Node):
+    """Fixed rows, present from epoch 0 on (SQL ``VALUES``, defaults of global aggregates)."""
+
+    rows: tuple[tuple[Any, ...], ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
 class Select(Node):
     exprs: tuple[Expr, ...] = ()
     named: tuple[tuple[str, Expr], ...] = ()
@@ -131,6 +138,11 @@ class Accumulate(Node):
 @dataclass(frozen=True, eq=False)
 class View(Node):
     name: str = ""
+
+    @property
+    def plan(self) -> str:
+        """The structural id of the view's definition: it changes when the definition does."""
+        return self.inputs[0].id
 
     @property
     def trace_name(self) -> str:

@@ -36,6 +36,8 @@ def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
             return runtime.trace(node).read_at((at,))
         if isinstance(node, n.Arrange | n.View):
             return evaluate(ins[0])
+        if isinstance(node, n.Constant):
+            return runtime.flow.constant_updates(node).drop(TIME)
         if isinstance(node, n.Select):
             return linear.select(evaluate(ins[0]), node.exprs, dict(node.named))
         if isinstance(node, n.Filter):

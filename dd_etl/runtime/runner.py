@@ -20,7 +20,9 @@ run reads history strictly before its ``lower``, which may then be compacted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,19 @@ RUNTIME_READER = "runtime"
 PARALLEL_TRACES = 4
 """Traces written concurrently within one layer of the dataflow."""
 RETENTION_READER = "retention"
+PLAN_META = "plan"
+"""Trace meta key of a view: the structural id of the definition that computes it."""
+
+
+class PlanChanged(PlanError):
+    """A view's trace was computed by a different definition than the current one."""
+
+    def __init__(self, view: str, built: str, current: str) -> None:
+        super().__init__(
+            f"view {view!r} changed since its results were computed (plan {built} then, "
+            f"{current} now); rebuild it to recompute it from scratch"
+        )
+        self.view = view
 
 
 @dataclass
@@ -95,6 +110,8 @@ class Runtime:
                 trace.register_reader(
                     RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0)
                 )
+                if PLAN_META not in trace.state.meta_map:
+                    trace.annotate({PLAN_META: node.plan})
             self._traces[name] = trace
         return self._traces[name]
 
@@ -121,8 +138,18 @@ class Runtime:
 
     # ------------------------------------------------------------------ input
 
-    def append_source(self, name: str, changes: DataFrame, epoch: int) -> bool:
-        """Add a source's changes as epoch ``epoch`` (``_diff`` defaults to +1 per row)."""
+    def append_source(
+        self,
+        name: str,
+        changes: DataFrame,
+        epoch: int,
+        meta: dict[str, str] | None = None,
+    ) -> bool:
+        """Add a source's changes as epoch ``epoch`` (``_diff`` defaults to +1 per row).
+
+        ``meta`` (e.g. which source versions or files the epoch covers) is committed
+        atomically with the changes; read it back from ``trace(...).state.meta_map``.
+        """
         source = self.flow.sources.get(name)
         if source is None:
             raise PlanError(f"unknown source {name!r}; sources are {sorted(self.flow.sources)}")
@@ -130,7 +157,7 @@ class Runtime:
             changes = changes.withColumn(DIFF, F.lit(1).cast("long"))
         updates = changes.withColumn(TIME, F.lit(epoch).cast("long"))
         return self.trace(source).compare_and_append(
-            updates, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1)
+            updates, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1), meta
         )
 
     # -------------------------------------------------------------------- run
@@ -143,7 +170,16 @@ class Runtime:
         lower = min((epoch_of(self.trace(x).reload().upper) for x in maintained), default=upper)
         return lower, upper
 
+    def check_plans(self) -> None:
+        """Refuse to continue a view whose definition changed: its trace holds results
+        of the old one, and new changes on top would be neither."""
+        for name, view in self.flow.views.items():
+            built = self.trace(view).state.meta_map.get(PLAN_META)
+            if built is not None and built != view.plan:
+                raise PlanChanged(name, built, view.plan)
+
     def run(self) -> RunReport:
+        self.check_plans()
         lower, upper = self.pending()
         report = RunReport(lower, upper)
         if lower >= upper:
@@ -157,6 +193,41 @@ class Runtime:
             list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes()))
         report.views = {name: interval.written.get(v.id, 0) for name, v in self.flow.views.items()}
         return report
+
+    def dependants(self, views: Sequence[str]) -> list[str]:
+        """``views`` and every view that reads one of them, directly or through others."""
+        chosen = {self._view(v).id for v in views}
+
+        def reads_chosen(node: n.Node) -> bool:
+            return any(i.id in chosen or reads_chosen(i) for i in node.inputs)
+
+        return [name for name, v in self.flow.views.items() if v.id in chosen or reads_chosen(v)]
+
+    def rebuild(self, views: Sequence[str]) -> list[str]:
+        """Discard the results of ``views`` and of the views that read them, so the next
+        ``run`` recomputes them from the sources.
+
+        The old trace directory is first renamed away (atomic), then deleted: a crash
+        leaves either the old results or none, never a mix. Internal traces need no
+        reset: their names are structural ids, so a changed definition has new ones.
+        The rebuilt views can be read as of the sources' ``since`` onwards only.
+        """
+        names = self.dependants(views)
+        sources = [x for x in self.stateful_nodes() if isinstance(x, n.Source)]
+        since = meet_all(self.trace(s).reload().since for s in sources) if sources else None
+        for name in names:
+            node = self.flow.views[name]
+            self._traces.pop(node.trace_name, None)
+            path = Path(self.flow.warehouse) / node.trace_name
+            if path.exists():
+                doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
+                path.rename(doomed)
+                shutil.rmtree(doomed)
+            trace = self.trace(node)
+            if since is not None:  # history before the sources' since is not reproducible
+                for reader in (RUNTIME_READER, RETENTION_READER):
+                    trace.downgrade_reader(reader, since, since)
+        return names
 
     def layers(self) -> list[list[n.Node]]:
         """The stateful nodes grouped by how many traces lie between them and the sources."""
@@ -274,6 +345,10 @@ class _Interval:
         ins = node.inputs
         if isinstance(node, n.Source):
             return self._from_trace(node, None)
+        if isinstance(node, n.Constant):
+            if self.lower > 0:
+                return self.rt.flow.empty_updates(node.schema)
+            return self.rt.flow.constant_updates(node)
         if isinstance(node, n.Select):
             return linear.select(self.delta(ins[0]), node.exprs, dict(node.named))
         if isinstance(node, n.Filter):

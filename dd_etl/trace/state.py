@@ -17,6 +17,7 @@ Invariants kept by every transition:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,6 +78,9 @@ class TraceState:
     batches: tuple[Batch, ...] = ()
     holds: tuple[tuple[str, ReaderHold], ...] = ()
     merges: tuple[Merge, ...] = ()
+    meta: tuple[tuple[str, str], ...] = ()
+    """What the trace's owner records with its appends (e.g. the source positions
+    an epoch covers, or the plan that computed it): committed atomically with them."""
 
     # ----------------------------------------------------------------- queries
 
@@ -88,6 +92,10 @@ class TraceState:
     @property
     def hold_map(self) -> dict[str, ReaderHold]:
         return dict(self.holds)
+
+    @property
+    def meta_map(self) -> dict[str, str]:
+        return dict(self.meta)
 
     @property
     def physical_frontier(self) -> Antichain:
@@ -123,8 +131,15 @@ class TraceState:
 
     # ------------------------------------------------------------- transitions
 
-    def append(self, batch_id: str, description: Description, records: int) -> TraceState:
-        """Compare-and-append: add a batch starting at the trace's upper.
+    def append(
+        self,
+        batch_id: str,
+        description: Description,
+        records: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> TraceState:
+        """Compare-and-append: add a batch starting at the trace's upper, and
+        record ``meta`` with it.
 
         If the trace is already at or past the batch's upper, the batch was
         appended before and this is a no-op (``self`` is returned). Otherwise the
@@ -140,7 +155,15 @@ class TraceState:
                 f"before its lower {description.lower!r}"
             )
         batch = Batch(batch_id, description, records)
-        return self._with(batches=(*self.batches, batch), upper=description.upper)
+        return self._with(
+            batches=(*self.batches, batch), upper=description.upper, meta=self._meta(meta)
+        )
+
+    def annotate(self, meta: Mapping[str, str]) -> TraceState:
+        return replace(self, meta=self._meta(meta))
+
+    def _meta(self, changes: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted({**self.meta_map, **(changes or {})}.items()))
 
     def register_reader(
         self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
@@ -275,6 +298,7 @@ class TraceState:
                 "batches": [b.to_json() for b in self.batches],
                 "holds": {r: h.to_json() for r, h in self.holds},
                 "merges": [m.to_json() for m in self.merges],
+                "meta": self.meta_map,
             },
             sort_keys=True,
         )
@@ -293,4 +317,5 @@ class TraceState:
             tuple(Batch.from_json(b) for b in v["batches"]),
             tuple(sorted((r, ReaderHold.from_json(h)) for r, h in v["holds"].items())),
             tuple(Merge.from_json(m) for m in v["merges"]),
+            tuple(sorted(v.get("meta", {}).items())),
         )

@@ -12,7 +12,7 @@ wins, and the other either finds its work already done (a no-op) or gets
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from dd_etl.failpoints import failpoint
@@ -93,8 +93,15 @@ class Trace(Generic[U]):
 
     # -------------------------------------------------------------- appending
 
-    def compare_and_append(self, updates: U, lower: Antichain, upper: Antichain) -> bool:
-        """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``.
+    def compare_and_append(
+        self,
+        updates: U,
+        lower: Antichain,
+        upper: Antichain,
+        meta: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``,
+        recording ``meta`` in the same commit.
 
         A no-op returning False when the trace already reached ``upper`` (the
         interval was appended before, e.g. by a run that crashed after committing).
@@ -112,7 +119,7 @@ class Trace(Generic[U]):
         description = Description(lower, upper, Antichain.minimum(state.dims))
 
         def transition(s: TraceState) -> Commit | None:
-            new = s.append(batch_id, description, records)
+            new = s.append(batch_id, description, records, meta)
             if new is s:
                 return None
             return Commit(
@@ -130,6 +137,9 @@ class Trace(Generic[U]):
         return True
 
     # ---------------------------------------------------------------- holds
+
+    def annotate(self, meta: Mapping[str, str]) -> None:
+        self._apply_state(lambda s: s.annotate(meta))
 
     def register_reader(
         self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
