@@ -22,6 +22,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
+from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import node_id
@@ -257,6 +258,32 @@ class Collection:
             for f in schema.fields
         ]
         return self.select(*cols)
+
+    def join_all(self, *others: Collection) -> Collection:
+        """Inner join with every one of ``others`` on the column names they share
+        (SQL ``NATURAL JOIN``), maintained as a delta query: each relation's changes
+        look the others up in arrangements of the inputs, so no intermediate
+        result is stored, unlike a chain of binary joins."""
+        relations = [self, *others]
+        columns = [r.columns for r in relations]
+        try:
+            orders = lookup_orders(columns)
+        except ValueError as e:
+            raise PlanError(f"join_all: {e}; columns are {columns}") from e
+        lookups = tuple(dict.fromkeys(step for order in orders for step in order))
+        inputs = tuple(self.flow.arrangement(relations[lk.relation].node, lk.key) for lk in lookups)
+        output = list(dict.fromkeys(c for cols in columns for c in cols))
+        schema = StructType(
+            [next(r.node.schema[c] for r in relations if c in r.columns) for c in output]
+        )
+        params: dict[str, Any] = dict(orders=orders, lookups=lookups)
+        node = n.DeltaQuery(
+            node_id("delta_query", tuple(i.id for i in inputs), schema, **params),
+            inputs,
+            schema,
+            **params,
+        )
+        return Collection(self.flow, node)
 
     def semijoin(
         self,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pyspark.sql.types import StructType
 
+from dd_etl.operators.delta_query import Lookup
 from dd_etl.operators.linear import Expr
 
 ReduceKind = Literal["distinct", "count", "min", "max", "top_k", "threshold", "general"]
@@ -103,6 +104,17 @@ class Join(Node):
     right_key: tuple[str, ...] = ()
     right_columns: tuple[str, ...] = ()  # columns of the right side kept in the output
     null_safe: bool = False  # NULL keys match each other (grouping keys, not SQL join keys)
+
+
+@dataclass(frozen=True, eq=False)
+class DeltaQuery(Node):
+    """Inner join of several relations (SQL ``USING`` on shared column names) as a
+    delta query. ``inputs`` are arrangements of the relations, one per distinct
+    lookup; ``lookups[j]`` names the relation and key input ``j`` arranges. A
+    relation's changes are read from any of its arrangements."""
+
+    orders: tuple[tuple[Lookup, ...], ...] = ()
+    lookups: tuple[Lookup, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,8 @@ its delta logic: no traces of intermediate results, no interesting times.
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -64,6 +66,18 @@ def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
                 *[F.col(f"r.{c}").alias(c) for c in node.right_columns],
                 (F.col(f"l.{DIFF}") * F.col(f"r.{DIFF}")).alias(DIFF),
             )
+        if isinstance(node, n.DeltaQuery):
+            relations = {lk.relation: i for lk, i in zip(node.lookups, ins, strict=True)}
+            out = evaluate(relations[0]).withColumnRenamed(DIFF, "__d0")
+            for r in range(1, len(relations)):
+                other = evaluate(relations[r]).withColumnRenamed(DIFF, f"__d{r}")
+                shared = [c for c in other.columns if c in out.columns]
+                cond = [out[c] == other[c] for c in shared]
+                out = out.join(other, cond).select(
+                    out["*"], *[other[c] for c in other.columns if c not in shared]
+                )
+            diff = functools.reduce(lambda a, b: a * b, [F.col(f"__d{r}") for r in relations])
+            return out.select(*node.columns, diff.alias(DIFF))
         if isinstance(node, n.Reduce):
             acc = (
                 linear.consolidate(evaluate(ins[0])).where(F.col(DIFF) > 0).withColumn(AT, F.lit(0))

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from dd_etl.lattice import Antichain, meet_all
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import delta_accumulate
+from dd_etl.operators.delta_query import delta_query
 from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import (
     Reducer,
@@ -377,6 +378,17 @@ class _Interval:
                 node.right_columns,
                 self.lower - 1,
                 node.null_safe,
+            )
+        if isinstance(node, n.DeltaQuery):
+            arranged = dict(zip(node.lookups, ins, strict=True))
+            relations = range(len(node.orders))
+            first = [next(a for lk, a in arranged.items() if lk.relation == r) for r in relations]
+            return delta_query(
+                [self.delta(a) for a in first],
+                lambda lk: self.history(arranged[lk]),
+                node.orders,
+                node.columns,
+                self.lower - 1,
             )
         if isinstance(node, n.Accumulate):
             return self._from_trace(
