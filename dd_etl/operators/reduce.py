@@ -57,6 +57,17 @@ def extreme(kind: str, value: str) -> Reducer:
     return reduce
 
 
+def collapse(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Per key, each column's largest value: for rows that each fill in different
+    columns of one key (NULL elsewhere), the one row holding all of them."""
+    data = [c for c in acc.columns if c not in (*key, AT, DIFF)]
+    return (
+        acc.groupBy(*key, AT)
+        .agg(*(F.max(c).alias(c) for c in data))
+        .withColumn(DIFF, F.lit(1).cast("long"))
+    )
+
+
 def top_k(order: Sequence[tuple[str, bool]], k: int) -> Reducer:
     """The first ``k`` rows per key by ``order`` (SQL ORDER BY … LIMIT per group),
     counting each row as often as its multiplicity; ties broken by the whole row

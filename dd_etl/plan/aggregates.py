@@ -4,7 +4,7 @@
 one accumulation for every COUNT/SUM/AVG (they share the per-group state
 ``(rows, non-NULL count, sum)``), one hierarchical reduction per MIN/MAX, and a
 DISTINCT projection feeding an accumulation for each DISTINCT aggregate. The
-parts are left-joined to the group rows by key, NULL keys included.
+parts are collapsed into one row per group by a single reduction.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from dd_etl.operators.accumulate import ROWS, nn, total
 from dd_etl.operators.linear import Expr, col
@@ -106,8 +107,7 @@ def _grouped(
     for name in plain:
         a = aggregates[name]
         finals[name] = F.col(ROWS) if a.expr is None else _finish(a.function, value_of[name])
-    result = groups.select(*by, *(c.alias(n) for n, c in finals.items()))
-
+    parts = [groups.select(*by, *(c.alias(n) for n, c in finals.items()))]
     for name, a in aggregates.items():
         if name in finals:
             continue
@@ -116,10 +116,31 @@ def _grouped(
             raise ValueError(f"aggregate {name!r}: {a.function.upper()}(DISTINCT *) is not SQL")
         if a.function in ("min", "max"):
             part = projected.extreme(a.function, by, value)
-            part = part.select(*by, F.col(value).alias(name))
+            parts.append(part.select(*by, F.col(value).alias(name)))
         else:
             distinct = projected.select(*by, value).distinct()
             state = distinct.accumulate(by, [value])
-            part = state.select(*by, _finish(a.function, value).alias(name))
-        result = result.join(part, on=list(by), how="left", null_safe=True)
-    return result.select(*by, *aggregates), groups
+            parts.append(state.select(*by, _finish(a.function, value).alias(name)))
+    return _collapse(parts, by, list(aggregates)), groups
+
+
+def _collapse(parts: list[Collection], by: tuple[str, ...], names: list[str]) -> Collection:
+    """One row per group from parts that each hold at most one row per group and
+    some of the columns: pad every part to all columns with NULLs, then keep per
+    group each column's one non-NULL value. One reduction, however many parts
+    (a join per part would keep two arrangements per part)."""
+    if len(parts) == 1:
+        return parts[0].select(*by, *names)
+    types = {f.name: f.dataType for p in parts for f in p.node.schema.fields if f.name in names}
+    padded = [
+        p.select(
+            *by,
+            *(F.col(c) if c in p.columns else F.lit(None).cast(types[c]).alias(c) for c in names),
+        )
+        for p in parts
+    ]
+    union = padded[0].concat(*padded[1:])
+    schema = StructType(
+        [*(union.node.schema[k] for k in by), *(StructField(c, types[c], True) for c in names)]
+    )
+    return union._reduce(by, "collapse", schema)

@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 from dd_etl.operators.delta_query import Lookup
 from dd_etl.operators.linear import Expr
 
-ReduceKind = Literal["distinct", "count", "min", "max", "top_k", "threshold", "general"]
+ReduceKind = Literal["distinct", "count", "min", "max", "top_k", "threshold", "collapse", "general"]
 
 
 @dataclass(frozen=True, eq=False)

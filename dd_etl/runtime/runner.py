@@ -37,6 +37,7 @@ from dd_etl.operators.delta_query import delta_query
 from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import (
     Reducer,
+    collapse,
     counter,
     delta_reduce,
     distinct,
@@ -296,6 +297,8 @@ def reducer_for(node: n.Reduce) -> Reducer:
         return top_k(node.order, node.limit)
     if node.kind == "threshold":
         return threshold(node.multiplicity)
+    if node.kind == "collapse":
+        return collapse
     if node.kind == "general":
         assert node.function is not None
         return pandas_reduce(node.function, node.schema)
