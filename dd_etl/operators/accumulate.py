@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import NumericType
 
 from dd_etl.operators.join import History
 from dd_etl.operators.reduce import null_safe_join
@@ -35,12 +36,15 @@ def state_columns(values: Sequence[str]) -> list[str]:
 
 
 def contributions(d_in: DataFrame, key: Sequence[str], values: Sequence[str]) -> DataFrame:
-    """What the changes at each time add to each key's state."""
+    """What the changes at each time add to each key's state. Only numbers have a
+    sum; other columns can only be counted, and their sum stays NULL."""
     diff = F.col(DIFF)
     parts: list[Column] = [F.sum(diff).alias(ROWS)]
     for v in values:
         present = F.when(F.col(v).isNotNull(), diff).otherwise(F.lit(0))
-        parts += [F.sum(present).alias(nn(v)), F.sum(F.col(v) * diff).alias(total(v))]
+        numeric = isinstance(d_in.schema[v].dataType, NumericType)
+        added = F.sum(F.col(v) * diff) if numeric else F.lit(None).cast("long")
+        parts += [F.sum(present).alias(nn(v)), added.alias(total(v))]
     return d_in.groupBy(*key, TIME).agg(*parts)
 
 

@@ -126,7 +126,7 @@ def null_safe_join(
     r = right.select(
         *[F.col(k).alias(f"__r_{k}") for k in key], *[c for c in right.columns if c not in key]
     )
-    cond = [left[k].eqNullSafe(r[f"__r_{k}"]) for k in key]
+    cond = [left[k].eqNullSafe(r[f"__r_{k}"]) for k in key] or F.lit(True)  # one group: all
     joined = left.join(r, cond, how)
     return joined.drop(*[f"__r_{k}" for k in key])
 

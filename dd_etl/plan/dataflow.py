@@ -49,6 +49,7 @@ class Dataflow:
         self.sources: dict[str, n.Source] = {}
         self.views: dict[str, n.View] = {}
         self._arrangements: dict[tuple[str, tuple[str, ...]], n.Arrange] = {}
+        self._empty: dict[str, DataFrame] = {}
 
     def source(self, name: str, schema: StructType, key: Sequence[str] | None = None) -> Collection:
         if name in self.sources:
@@ -98,8 +99,14 @@ class Dataflow:
         return self._arrangements[cache_key]
 
     def empty_updates(self, schema: StructType) -> DataFrame:
-        fields = [*schema.fields, StructField(TIME, LongType()), StructField(DIFF, LongType())]
-        return self.spark.createDataFrame([], StructType(fields))
+        """No updates of ``schema``; made once per schema, as building a collection
+        infers each operator's schema from empty inputs."""
+        cached = self._empty.get(schema.json())
+        if cached is None:
+            fields = [*schema.fields, StructField(TIME, LongType()), StructField(DIFF, LongType())]
+            cached = self.spark.createDataFrame([], StructType(fields))
+            self._empty[schema.json()] = cached
+        return cached
 
     def infer(self, inputs: Sequence[n.Node], build: object) -> StructType:
         """The data schema of an operator, found by applying it to empty inputs."""
@@ -301,8 +308,11 @@ class Collection:
         if left_on is None or right_on is None:
             raise PlanError("semijoin: give `on`, or both `left_on` and `right_on`")
         present = other.select(*right_on).distinct()
-        renamed = present.select(**{f"__k{i}": k for i, k in enumerate(right_on)})
-        keys = [f"__k{i}" for i in range(len(right_on))]
+        taken = set(self.columns)
+        keys = [f"__semi{i}" for i in range(len(right_on))]
+        while taken & set(keys):  # never clash with a column of the left side
+            keys = [f"_{k}" for k in keys]
+        renamed = present.select(**dict(zip(keys, right_on, strict=True)))
         joined = self._inner_join(renamed, tuple(left_on), tuple(keys), tuple(keys), null_safe)
         return joined.select(*self.columns)
 
