@@ -12,8 +12,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+TAXI := assets/taxi/pipeline.yaml
+DEMO_EPOCHS := 0 1 2 3
+
 demo: $(STAMP)
-	$(BIN)/dd-etl demo
+	rm -rf assets/taxi/data assets/taxi/out traces/taxi
+	@for e in $(DEMO_EPOCHS); do \
+	  echo "== epoch $$e: new trips, fare corrections, deletions, a zone renamed"; \
+	  $(BIN)/python assets/taxi/generate.py assets/taxi/data --epoch $$e || exit 1; \
+	  $(BIN)/dd-etl run $(TAXI) || exit 1; \
+	done
+	$(BIN)/dd-etl read $(TAXI) fares_by_passengers
+	$(BIN)/dd-etl read $(TAXI) trips_by_borough
+	$(BIN)/dd-etl changes $(TAXI) trips_by_borough --from 3 --to 4
+	$(BIN)/dd-etl status $(TAXI)
+	$(BIN)/dd-etl verify $(TAXI)
 
 lint: $(STAMP)
 	$(BIN)/ruff check dd_etl tests bench
@@ -25,6 +38,8 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_trace_spine.py
+	$(BIN)/python bench/bench_min_retraction.py
+	$(BIN)/python bench/bench_incremental.py
 
 clean:
-	rm -rf $(VENV) traces/demo .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) traces/demo traces/taxi assets/taxi/data assets/taxi/out .pytest_cache .mypy_cache .ruff_cache .hypothesis

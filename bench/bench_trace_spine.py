@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import random
 import shutil
 import sys
@@ -35,9 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import deltalake
-import matplotlib
-import pyspark
+from common import environment, spark_session
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -45,7 +41,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.lattice import Antichain
-from dd_etl.spark import session
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.spine import batch_limit
 
@@ -312,32 +307,6 @@ def vacuum(run: Run, workload: Workload) -> dict[str, Any]:
 # ------------------------------------------------------------------ driver
 
 
-def spark_session() -> SparkSession:
-    return session(
-        "bench_trace_spine",
-        master="local[2]",
-        conf={
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "2g",
-        },
-    )
-
-
-def environment(spark: SparkSession) -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "pyspark": pyspark.__version__,
-        "spark": spark.version,
-        "deltalake": deltalake.__version__,
-        "matplotlib": matplotlib.__version__,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "spark_master": spark.sparkContext.master,
-    }
-
-
 def check_held_epoch(run: Run, snapshots: deque[tuple[int, Contents]]) -> None:
     """The compacted trace still reads correctly as of the oldest epoch its reader holds."""
     since = run.trace.state.since.epoch_bound()
@@ -569,7 +538,7 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
 def main(argv: list[str] | None = None) -> None:
     cfg, workdir, keep = parse_args(sys.argv[1:] if argv is None else argv)
     root = Path(tempfile.mkdtemp(prefix="trace_spine_", dir=workdir))
-    spark = spark_session()
+    spark = spark_session("bench_trace_spine", memory="2g")
     try:
         result = run_benchmark(spark, cfg, root)
         write_json(result)

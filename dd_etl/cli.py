@@ -1,4 +1,13 @@
-"""``dd-etl``: the command line. Errors are rendered here, once, as one readable line."""
+"""``dd-etl``: the command line. Errors are rendered here, once, as one readable paragraph
+(``--debug`` shows the trace); the exit status tells scripts what went wrong:
+
+0 ok · 1 ``verify`` found a mismatch · 2 invalid pipeline file or arguments ·
+3 a source's data or a trace cannot be read · 4 needs a ``rebuild`` (history
+lost, definition changed) · 70 internal error.
+
+Pipeline commands keep standard output for results: logs, progress and Spark's
+chatter go to standard error, so ``dd-etl read … --format csv`` can be piped.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +27,15 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain one trace.")
 app.add_typer(trace_app, name="trace")
+DEBUG = {"on": False}
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show the stack trace of errors.")] = False,
+) -> None:
+    DEBUG["on"] = debug
+
 
 T = TypeVar("T")
 
@@ -141,6 +159,9 @@ def trace_maintain(
             str(r.files_removed),
         )
     out.print(table)
+
+
+from dd_etl import cli_pipeline  # noqa: E402,F401  (registers the pipeline commands)
 
 
 def _guard(action: Callable[[], T]) -> T:

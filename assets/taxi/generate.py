@@ -1,0 +1,108 @@
+"""Data generator of the taxi demo: one epoch of source changes per call.
+
+    python assets/taxi/generate.py assets/taxi/data --epoch 0   # first load
+    python assets/taxi/generate.py assets/taxi/data --epoch 1   # inserts, updates, deletes
+
+``trips`` is a Delta table with its change data feed on: each epoch appends new
+trips, corrects some fares (UPDATE) and deletes some trips (DELETE), as an
+upstream job would. ``zones`` is a directory of parquet files: the first epoch
+writes every zone; later epochs add a file that renames a zone's borough, with
+a ``diff`` column (-1 removes the old row, +1 adds the new one). Deterministic:
+the same epoch always writes the same changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+ZONES = 12
+BOROUGHS = ["Manhattan", "Brooklyn", "Queens", "Bronx", "Staten Island"]
+TRIPS = pa.schema(
+    [
+        ("trip_id", pa.int64()),
+        ("passenger_count", pa.int64()),
+        ("fare_amount", pa.float64()),
+        ("trip_distance", pa.float64()),
+        ("pickup_zone", pa.int64()),
+        ("pickup_date", pa.date32()),
+    ]
+)
+ZONE_SCHEMA = pa.schema(
+    [("zone_id", pa.int64()), ("zone_name", pa.string()), ("borough", pa.string()),
+     ("diff", pa.int64())]
+)  # fmt: skip
+
+
+def trips(rng: random.Random, first: int, n: int) -> pa.Table:
+    rows = []
+    for trip_id in range(first, first + n):
+        rows.append(
+            {
+                "trip_id": trip_id,
+                "passenger_count": rng.choice([1, 1, 1, 2, 2, 3, 4, 5, 6, None]),
+                "fare_amount": round(rng.uniform(3, 80), 2),
+                "trip_distance": round(rng.uniform(0.3, 25), 1),
+                "pickup_zone": rng.randint(1, ZONES + 2),  # a few zones are unknown
+                "pickup_date": dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 30)),
+            }
+        )
+    return pa.Table.from_pylist(rows, TRIPS)
+
+
+def zone_row(zone: int, borough: str, diff: int) -> dict[str, object]:
+    return {"zone_id": zone, "zone_name": f"Zone {zone}", "borough": borough, "diff": diff}
+
+
+def generate(root: Path, epoch: int, new_trips: int = 400) -> str:
+    rng = random.Random(epoch)
+    trips_path, zones_path = root / "trips", root / "zones"
+    zones_path.mkdir(parents=True, exist_ok=True)
+    if epoch == 0:
+        write_deltalake(
+            str(trips_path),
+            trips(rng, 0, new_trips * 3),
+            mode="overwrite",
+            configuration={"delta.enableChangeDataFeed": "true"},
+        )
+        rows = [zone_row(z, BOROUGHS[z % len(BOROUGHS)], 1) for z in range(1, ZONES + 1)]
+        pq.write_table(pa.Table.from_pylist(rows, ZONE_SCHEMA), zones_path / "zones-000.parquet")
+        return f"trips: {new_trips * 3} rows; zones: {ZONES} rows"
+    table = DeltaTable(str(trips_path))
+    first = new_trips * 3 + (epoch - 1) * new_trips
+    write_deltalake(str(trips_path), trips(rng, first, new_trips), mode="append")
+    upper = first + new_trips
+    corrected = sorted(rng.sample(range(upper), 25))
+    deleted = sorted(rng.sample(range(upper), 15))
+    table = DeltaTable(str(trips_path))
+    table.update(
+        updates={"fare_amount": "fare_amount + 1.5"},
+        predicate=f"trip_id IN ({', '.join(map(str, corrected))})",
+    )
+    table.delete(f"trip_id IN ({', '.join(map(str, deleted))})")
+    zone = epoch % ZONES + 1
+    old = BOROUGHS[zone % len(BOROUGHS)] if epoch <= ZONES else None
+    rename = [zone_row(zone, old or "", -1), zone_row(zone, f"{old} North", 1)]
+    pq.write_table(
+        pa.Table.from_pylist(rename, ZONE_SCHEMA), zones_path / f"zones-{epoch:03d}.parquet"
+    )
+    return f"trips: +{new_trips} rows, {len(corrected)} fares corrected, {len(deleted)} deleted"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", type=Path, help="where trips/ and zones/ are written")
+    parser.add_argument("--epoch", type=int, required=True)
+    parser.add_argument("--trips", type=int, default=400, help="new trips per epoch")
+    args = parser.parse_args()
+    print(f"epoch {args.epoch}: {generate(args.root, args.epoch, args.trips)}")
+
+
+if __name__ == "__main__":
+    main()

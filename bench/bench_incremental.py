@@ -1,0 +1,711 @@
+"""Benchmark: an incremental run against a full recompute and plain Spark SQL.
+
+The question a data engineer asks of dd_etl: for a change of a given size, is
+maintaining the views cheaper than computing them again? One process, one
+SparkSession, one synthetic taxi-trips table (``--rows``, default 1 M) with a
+265-row zone dimension, and three views typical of data engineering:
+
+* ``zone_stats``: GROUP BY pickup zone with COUNT, SUM, AVG, MIN, MAX;
+* ``borough_revenue``: trips joined with the zones, then GROUP BY borough;
+* ``routes``: SELECT DISTINCT pickup zone, dropoff zone.
+
+After the initial load (epoch 0), each later epoch changes a fraction of the
+trips (0.01 %, 0.1 %, 1 %, 10 %; 40 % inserts, 40 % updates as retraction +
+insertion, 20 % deletes). Per epoch the benchmark times
+
+* ``incremental``: ``Runtime.run()`` for that epoch (and, separately, the
+  append of the changes to the source trace);
+* ``recompute``: ``dd_etl.runtime.recompute`` of every view at that epoch,
+  written to Spark's ``noop`` sink so it runs in full;
+* ``spark_sql``: the same views as Spark SQL over the current trips table kept
+  as parquet (what one would run without dd_etl); applying the changes to that
+  table (anti-join + union, rewritten) is timed separately.
+
+It counts the Spark jobs and stages of every incremental run and, unless
+``--no-breakdown``, attributes them and the wall time to the traces that
+launched them. At the end it checks that every view equals its Spark SQL
+result. Results go to ``bench/results/incremental.json`` and
+``bench/results/incremental.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from common import environment, spark_session
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from dd_etl.plan import Dataflow
+from dd_etl.plan import aggregates as agg
+from dd_etl.plan import nodes as n
+from dd_etl.runtime import Runtime, runner
+from dd_etl.runtime.recompute import recompute
+from dd_etl.trace.columns import DIFF
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NAME = "incremental"
+ZONES = 265
+BOROUGHS = ("Manhattan", "Brooklyn", "Queens", "Bronx", "Staten Island", "EWR")
+MIX = {"insert": 0.4, "update": 0.4, "delete": 0.2}
+"""Shares of the changed trips per epoch; an update is a retraction plus an insertion."""
+
+TRIPS = StructType(
+    [
+        StructField("trip_id", LongType(), False),
+        StructField("pickup_zone", IntegerType(), False),
+        StructField("dropoff_zone", IntegerType(), False),
+        StructField("passenger_count", IntegerType(), False),
+        StructField("payment_type", IntegerType(), False),
+        StructField("trip_distance", DoubleType(), False),
+        StructField("fare_amount", DoubleType(), False),
+        StructField("tip_amount", DoubleType(), False),
+    ]
+)
+ZONE_SCHEMA = StructType(
+    [
+        StructField("zone_id", IntegerType(), False),
+        StructField("borough", StringType(), False),
+        StructField("zone_name", StringType(), False),
+    ]
+)
+PEER_SQL = {
+    "zone_stats": """
+        SELECT pickup_zone, COUNT(*) AS trips, SUM(fare_amount) AS revenue,
+               AVG(trip_distance) AS avg_distance,
+               MIN(fare_amount) AS min_fare, MAX(fare_amount) AS max_fare
+        FROM trips GROUP BY pickup_zone""",
+    "borough_revenue": """
+        SELECT z.borough, COUNT(*) AS trips, SUM(t.fare_amount + t.tip_amount) AS revenue,
+               AVG(t.tip_amount) AS avg_tip
+        FROM trips t JOIN zones z ON t.pickup_zone = z.zone_id GROUP BY z.borough""",
+    "routes": "SELECT DISTINCT pickup_zone, dropoff_zone FROM trips",
+}
+VIEW_KEYS = {"zone_stats": ["pickup_zone"], "borough_revenue": ["borough"], "routes": []}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    rows: int
+    fractions: tuple[float, ...]
+    repeats: int
+    seed: int
+    breakdown: bool
+
+
+# ------------------------------------------------------------------ data
+
+
+def unit(seed: int, *cols: Column) -> Column:
+    """A uniform value in (0, 1] hashed from ``cols``: rows are a function of their ids."""
+    bits = F.xxhash64(*cols, F.lit(seed)).bitwiseAND((1 << 52) - 1)
+    return (bits.cast("double") + 1.0) / float(1 << 52)
+
+
+def trip_rows(ids: DataFrame) -> DataFrame:
+    """The trips for ``(trip_id, version)`` rows (other columns pass through).
+
+    The route and passengers follow the trip id; distance, fare and tip follow
+    the version too, so an update (a new version) is a fare correction."""
+    tid, ver = F.col("trip_id"), F.col("version")
+    distance = F.round(F.lit(0.3) - F.lit(2.8) * F.log(unit(13, tid, ver)), 2)
+    fare = F.round(F.lit(3.0) + F.lit(2.5) * distance - F.lit(4.0) * F.log(unit(14, tid, ver)), 2)
+    passengers = F.least(F.lit(6), F.floor(-F.log(unit(15, tid)) * F.lit(0.8)) + 1)
+    extra = [c for c in ids.columns if c not in ("trip_id", "version")]
+    return ids.select(
+        tid.alias("trip_id"),
+        (F.pmod(F.xxhash64(tid, F.lit(11)), F.lit(ZONES)) + 1).cast("int").alias("pickup_zone"),
+        (F.pmod(F.xxhash64(tid, F.lit(12)), F.lit(ZONES)) + 1).cast("int").alias("dropoff_zone"),
+        passengers.cast("int").alias("passenger_count"),
+        (F.pmod(F.xxhash64(tid, F.lit(16)), F.lit(4)) + 1).cast("int").alias("payment_type"),
+        distance.alias("trip_distance"),
+        fare.alias("fare_amount"),
+        F.round(fare * F.lit(0.3) * unit(17, tid, ver), 2).alias("tip_amount"),
+        *extra,
+    )
+
+
+def zone_table(spark: SparkSession) -> DataFrame:
+    rows = [(z, BOROUGHS[(z * 7) % len(BOROUGHS)], f"zone {z}") for z in range(1, ZONES + 1)]
+    return spark.createDataFrame(rows, ZONE_SCHEMA)
+
+
+class Changes:
+    """The live trips as versions per id, and seeded epochs of changes to them."""
+
+    def __init__(self, rows: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.version = np.zeros(rows, dtype=np.int64)  # -1: deleted
+        self.size = rows
+
+    def epoch(self, count: int) -> tuple[pd.DataFrame, dict[str, int]]:
+        """``count`` changed trips as ``(trip_id, version, _diff)`` rows."""
+        inserts = round(count * MIX["insert"])
+        deletes = round(count * MIX["delete"])
+        updates = count - inserts - deletes
+        live = np.flatnonzero(self.version[: self.size] >= 0)
+        chosen = self.rng.choice(live, size=updates + deletes, replace=False)
+        updated, deleted = chosen[:updates], chosen[updates:]
+        new_ids = np.arange(self.size, self.size + inserts)
+        self._grow(self.size + inserts)
+        old = self.version[chosen]
+        self.version[updated] += 1
+        self.version[deleted] = -1
+        self.size += inserts
+        frame = pd.DataFrame(
+            {
+                "trip_id": np.concatenate([chosen, updated, new_ids]),
+                "version": np.concatenate([old, self.version[updated], np.zeros(inserts, int)]),
+                DIFF: np.concatenate([-np.ones(len(chosen), int), np.ones(updates + inserts, int)]),
+            }
+        ).astype("int64")
+        return frame, {"inserts": inserts, "updates": updates, "deletes": deletes}
+
+    def _grow(self, size: int) -> None:
+        if size > len(self.version):
+            extra = np.zeros(max(size - len(self.version), len(self.version) // 4), np.int64)
+            self.version = np.concatenate([self.version, extra])
+
+
+# ------------------------------------------------------------------ views
+
+
+def build_flow(spark: SparkSession, root: Path) -> Runtime:
+    flow = Dataflow(spark, root / "warehouse", name=NAME)
+    trips = flow.source("trips", TRIPS, key=["trip_id"])
+    zones = flow.source("zones", ZONE_SCHEMA, key=["zone_id"])
+    flow.view(
+        "zone_stats",
+        trips.aggregate(
+            ["pickup_zone"],
+            trips=agg.count(),
+            revenue=agg.sum_("fare_amount"),
+            avg_distance=agg.avg("trip_distance"),
+            min_fare=agg.min_("fare_amount"),
+            max_fare=agg.max_("fare_amount"),
+        ),
+    )
+    joined = trips.join(zones, left_on=["pickup_zone"], right_on=["zone_id"])
+    flow.view(
+        "borough_revenue",
+        joined.aggregate(
+            ["borough"],
+            trips=agg.count(),
+            revenue=agg.sum_("fare_amount + tip_amount"),
+            avg_tip=agg.avg("tip_amount"),
+        ),
+    )
+    flow.view("routes", trips.select("pickup_zone", "dropoff_zone").distinct())
+    return Runtime(flow)
+
+
+# ------------------------------------------------------------------ Spark jobs
+
+
+class JobLedger:
+    """Counts the Spark jobs of a stretch of work by job id, and (with ``attribute``)
+    which trace launched them: the runtime computes and appends each trace inside
+    ``_Interval._from_trace``, so wrapping it to set a Spark job group per trace
+    labels every job with the trace that ran it, across the runtime's threads."""
+
+    def __init__(self, spark: SparkSession, attribute: bool) -> None:
+        self.spark = spark
+        self.groups: set[str] = set()
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.attributed = False
+        if attribute:
+            self._wrap()
+
+    def _wrap(self) -> None:
+        interval = getattr(runner, "_Interval", None)
+        original = getattr(interval, "_from_trace", None)
+        if interval is None or original is None:
+            print("runtime internals changed: no per-trace breakdown", flush=True)
+            return
+        sc = self.spark.sparkContext
+        ledger = self
+
+        def from_trace(self: Any, node: n.Node, compute: Any) -> DataFrame:
+            name = node.trace_name or node.id
+            ledger.groups.add(name)
+            previous = sc.getLocalProperty("spark.jobGroup.id")
+            sc.setLocalProperty("spark.jobGroup.id", name)
+            started = time.perf_counter()
+            try:
+                result: DataFrame = original(self, node, compute)
+                return result
+            finally:
+                ledger.seconds[name] += time.perf_counter() - started
+                sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
+
+        interval._from_trace = from_trace
+        self.attributed = True
+
+    def job_ids(self, group: str | None) -> list[int]:
+        return list(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+    def next_job(self) -> int:
+        ids = self.job_ids(None)
+        for g in self.groups:
+            ids += self.job_ids(g)
+        return max(ids, default=-1) + 1
+
+    def stages(self, ids: list[int]) -> int:
+        """Stages of the jobs, skipped ones included (planned, output already there)."""
+        tracker = self.spark.sparkContext.statusTracker()
+        infos = [tracker.getJobInfo(j) for j in ids]
+        return sum(len(i.stageIds) for i in infos if i is not None)
+
+    @contextmanager
+    def measure(self, into: dict[str, Any]) -> Iterator[None]:
+        """Record seconds, jobs and stages of the block in ``into`` (plus a per-trace
+        breakdown when attributing)."""
+        first = self.next_job()
+        self.seconds.clear()
+        started = time.perf_counter()
+        yield
+        into["seconds"] = round(time.perf_counter() - started, 3)
+        by_group = {g: [j for j in self.job_ids(g) if j >= first] for g in [None, *self.groups]}
+        ids = [j for js in by_group.values() for j in js]
+        into["spark_jobs"] = len(ids)
+        into["spark_stages"] = self.stages(ids)
+        if self.attributed:
+            into["by_trace"] = {
+                g: {
+                    "seconds": round(self.seconds.get(g, 0.0), 3),
+                    "spark_jobs": len(js),
+                    "spark_stages": self.stages(js),
+                }
+                for g, js in by_group.items()
+                if g is not None and (js or self.seconds.get(g))
+            }
+            into["unattributed_jobs"] = len(by_group[None])
+
+
+def operator_of(runtime: Runtime) -> dict[str, str]:
+    """trace name -> what kind of operator keeps it (MIN/MAX levels numbered)."""
+    kinds: dict[str, str] = {}
+    for node in runtime.stateful_nodes():
+        name = node.trace_name or node.id
+        if isinstance(node, n.Reduce):
+            kind: str = node.kind
+            if kind in ("min", "max"):
+                kind = "min/max level" if "__bucket" in node.key else "min/max top"
+            kinds[name] = f"reduce {kind}"
+        else:
+            kinds[name] = type(node).__name__.lower()
+    return kinds
+
+
+# ------------------------------------------------------------------ the three ways
+
+
+def timed(block: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    block()
+    return round(time.perf_counter() - started, 3)
+
+
+def executed(df: DataFrame) -> float:
+    """Seconds to run ``df`` in full: Spark's ``noop`` sink computes every row, stores none."""
+    return timed(lambda: df.write.format("noop").mode("overwrite").save())
+
+
+def run_recompute(runtime: Runtime, epoch: int) -> dict[str, float]:
+    return {view: executed(recompute(runtime, view, epoch)) for view in runtime.flow.views}
+
+
+def run_peer(spark: SparkSession) -> dict[str, float]:
+    return {view: executed(spark.sql(sql)) for view, sql in PEER_SQL.items()}
+
+
+class PeerTable:
+    """The trips table as a data engineer without dd_etl keeps it: parquet, rewritten
+    with each epoch's changes applied (anti-join on the changed ids + new rows)."""
+
+    def __init__(self, spark: SparkSession, root: Path) -> None:
+        self.spark = spark
+        self.root = root
+        self.path: Path | None = None
+
+    def replace(self, df: DataFrame, epoch: int) -> None:
+        path = self.root / f"trips_e{epoch}"
+        df.write.parquet(str(path))
+        self.spark.read.parquet(str(path)).createOrReplaceTempView("trips")
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.path = path
+
+    def apply(self, changes: DataFrame, epoch: int) -> None:
+        assert self.path is not None
+        current = self.spark.read.parquet(str(self.path))
+        gone = changes.where(F.col(DIFF) < 0).select("trip_id")
+        new = changes.where(F.col(DIFF) > 0).select(*TRIPS.fieldNames())
+        self.replace(current.join(gone, "trip_id", "left_anti").unionByName(new), epoch)
+
+
+# ------------------------------------------------------------------ driver
+
+
+def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str, Any]:
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    rt = build_flow(spark, root)
+    ledger = JobLedger(spark, cfg.breakdown)
+    kinds = operator_of(rt)
+    peer = PeerTable(spark, root / "peer")
+    changes = Changes(cfg.rows, cfg.seed)
+    started = time.perf_counter()
+
+    base = trip_rows(
+        spark.range(cfg.rows, numPartitions=2).select(
+            F.col("id").alias("trip_id"), F.lit(0).cast("long").alias("version")
+        )
+    )
+    zones = zone_table(spark)
+    zones.cache().createOrReplaceTempView("zones")
+    no_zone_changes = zones.limit(0)  # the dimension's epochs must advance with the trips
+    load: dict[str, Any] = {"peer_write_seconds": timed(lambda: peer.replace(base, 0))}
+    trips0 = spark.read.parquet(str(peer.path))
+    load["append_seconds"] = timed(
+        lambda: (rt.append_source("trips", trips0, 0), rt.append_source("zones", zones, 0))
+    )
+    load["incremental"] = {}
+    with ledger.measure(load["incremental"]):
+        rt.run()
+    load["recompute"] = run_recompute(rt, 0)
+    load["spark_sql"] = run_peer(spark)
+    load["traces"] = len(rt.stateful_nodes())
+    inc = load["incremental"]
+    print(
+        f"load of {cfg.rows:,} trips: incremental {inc['seconds']}s ({inc['spark_jobs']} jobs), "
+        f"recompute {sum(load['recompute'].values()):.1f}s, "
+        f"spark sql {sum(load['spark_sql'].values()):.1f}s",
+        flush=True,
+    )
+
+    epochs: list[dict[str, Any]] = []
+    epoch = 0
+    for repeat in range(cfg.repeats):
+        for fraction in cfg.fractions:
+            epoch += 1
+            count = max(1, round(cfg.rows * fraction))
+            frame, ops = changes.epoch(count)
+            df = trip_rows(spark.createDataFrame(frame)).cache()
+            updates = df.count()
+            entry: dict[str, Any] = {
+                "epoch": epoch,
+                "repeat": repeat,
+                "fraction": fraction,
+                "changed_trips": count,
+                "update_rows": updates,
+                "ops": ops,
+                "load_average_1min": round(os.getloadavg()[0], 1),
+                "incremental": {},
+            }
+            ingest = time.perf_counter()
+            rt.append_source("trips", df, epoch)
+            rt.append_source("zones", no_zone_changes, epoch)
+            entry["append_seconds"] = round(time.perf_counter() - ingest, 3)
+            with ledger.measure(entry["incremental"]):
+                report = rt.run()
+            entry["incremental"]["view_changes"] = report.views
+            entry["recompute"] = run_recompute(rt, epoch)
+            applying = time.perf_counter()
+            peer.apply(df, epoch)
+            entry["peer_apply_seconds"] = round(time.perf_counter() - applying, 3)
+            entry["spark_sql"] = run_peer(spark)
+            df.unpersist()
+            epochs.append(entry)
+            print(
+                f"epoch {epoch} ({fraction:.2%}, {updates:,} update rows): "
+                f"incremental {entry['incremental']['seconds']}s "
+                f"({entry['incremental']['spark_jobs']} jobs, "
+                f"{entry['incremental']['spark_stages']} stages), "
+                f"recompute {sum(entry['recompute'].values()):.1f}s, "
+                f"spark sql {sum(entry['spark_sql'].values()):.1f}s",
+                flush=True,
+            )
+            write_json(assemble(spark, cfg, load, epochs, kinds, None, started, False))
+    verification = verify(spark, rt)
+    print(f"verification: {verification}", flush=True)
+    return assemble(spark, cfg, load, epochs, kinds, verification, started, True)
+
+
+def verify(spark: SparkSession, rt: Runtime) -> dict[str, Any]:
+    """Every view equals its Spark SQL query over the current table (floats to 1e-7 relative)."""
+    out: dict[str, Any] = {}
+    for view, sql in PEER_SQL.items():
+        got = rows_by_key(rt.read(view), VIEW_KEYS[view])
+        expected = rows_by_key(spark.sql(sql), VIEW_KEYS[view])
+        if got.keys() != expected.keys():
+            raise AssertionError(f"{view}: groups differ ({len(got)} vs {len(expected)})")
+        for k, row in expected.items():
+            for column, value in row.items():
+                mine = got[k][column]
+                if not close(mine, value):
+                    raise AssertionError(f"{view} {k} {column}: {mine} != {value}")
+        out[view] = {"rows": len(got), "equal": True}
+    return out
+
+
+def rows_by_key(df: DataFrame, key: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in df.collect():
+        d = r.asDict()
+        k = tuple(d[c] for c in key) if key else tuple(d.values())
+        if k in rows:
+            raise AssertionError(f"duplicate row for {k}")
+        rows[k] = d
+    return rows
+
+
+def close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-7, abs_tol=1e-6)
+    return bool(a == b)
+
+
+def summarize(epochs: list[dict[str, Any]], fractions: tuple[float, ...]) -> list[dict[str, Any]]:
+    """Medians per change size; ratios of recompute and Spark SQL to incremental."""
+    out = []
+    for fraction in fractions:
+        chosen = [e for e in epochs if e["fraction"] == fraction]
+        if not chosen:
+            continue
+        inc = statistics.median(e["incremental"]["seconds"] for e in chosen)
+        rec = statistics.median(sum(e["recompute"].values()) for e in chosen)
+        sql = statistics.median(sum(e["spark_sql"].values()) for e in chosen)
+        out.append(
+            {
+                "fraction": fraction,
+                "changed_trips": chosen[0]["changed_trips"],
+                "update_rows": chosen[0]["update_rows"],
+                "repeats": len(chosen),
+                "incremental_seconds": inc,
+                "incremental_min": min(e["incremental"]["seconds"] for e in chosen),
+                "incremental_max": max(e["incremental"]["seconds"] for e in chosen),
+                "append_seconds": statistics.median(e["append_seconds"] for e in chosen),
+                "recompute_seconds": rec,
+                "spark_sql_seconds": sql,
+                "peer_apply_seconds": statistics.median(e["peer_apply_seconds"] for e in chosen),
+                "spark_jobs": statistics.median(e["incremental"]["spark_jobs"] for e in chosen),
+                "spark_stages": statistics.median(e["incremental"]["spark_stages"] for e in chosen),
+                "recompute_over_incremental": round(rec / inc, 3),
+                "spark_sql_over_incremental": round(sql / inc, 3),
+            }
+        )
+    return out
+
+
+def breakdown_by_operator(
+    epochs: list[dict[str, Any]], kinds: dict[str, str]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per change size, per operator kind: median over repeats of summed seconds and jobs."""
+    per: dict[float, dict[str, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
+    for e in epochs:
+        totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        for trace, m in e["incremental"].get("by_trace", {}).items():
+            kind = kinds.get(trace, "other")
+            totals[kind][0] += m["seconds"]
+            totals[kind][1] += m["spark_jobs"]
+        for kind, (s, j) in totals.items():
+            per[e["fraction"]][kind].append((s, int(j)))
+    return {
+        str(f): {
+            kind: {
+                "traces": sum(1 for k in kinds.values() if k == kind),
+                "seconds": round(statistics.median(s for s, _ in vals), 3),
+                "spark_jobs": statistics.median(j for _, j in vals),
+            }
+            for kind, vals in sorted(kinds_.items())
+        }
+        for f, kinds_ in per.items()
+    }
+
+
+def assemble(
+    spark: SparkSession,
+    cfg: BenchConfig,
+    load: dict[str, Any],
+    epochs: list[dict[str, Any]],
+    kinds: dict[str, str],
+    verification: dict[str, Any] | None,
+    started: float,
+    complete: bool,
+) -> dict[str, Any]:
+    return {
+        "benchmark": NAME,
+        "complete": complete,
+        "argv": sys.argv[1:],
+        "config": asdict(cfg),
+        "environment": environment(
+            spark,
+            shuffle_partitions=spark.conf.get("spark.sql.shuffle.partitions"),
+            parallel_traces=runner.PARALLEL_TRACES,
+        ),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "peer_sql": {k: " ".join(v.split()) for k, v in PEER_SQL.items()},
+        "load": load,
+        "summary": summarize(epochs, cfg.fractions),
+        "breakdown_by_operator": breakdown_by_operator(epochs, kinds),
+        "trace_operators": kinds,
+        "epochs": epochs,
+        "verification": verification,
+    }
+
+
+def write_json(result: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+# ------------------------------------------------------------------ plot
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    fig = Figure(figsize=(16, 5.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 3)
+    plot_times(axes[0], result)
+    plot_jobs(axes[1], result)
+    plot_breakdown(axes[2], result)
+    cfg = result["config"]
+    fig.suptitle(
+        f"{cfg['rows']:,} trips, 3 views: incremental run vs full recompute vs Spark SQL "
+        f"(medians of {cfg['repeats']})"
+    )
+    fig.savefig(path, dpi=110)
+
+
+def plot_times(ax: Axes, result: dict[str, Any]) -> None:
+    rows = result["summary"]
+    xs = [100 * r["fraction"] for r in rows]
+    inc = [r["incremental_seconds"] for r in rows]
+    err = [
+        [r["incremental_seconds"] - r["incremental_min"] for r in rows],
+        [r["incremental_max"] - r["incremental_seconds"] for r in rows],
+    ]
+    ax.errorbar(xs, inc, yerr=err, marker="o", capsize=3, label="incremental Runtime.run()")
+    ax.plot(xs, [r["recompute_seconds"] for r in rows], marker="s", label="full recompute")
+    ax.plot(xs, [r["spark_sql_seconds"] for r in rows], marker="^", label="Spark SQL batch")
+    ax.plot(
+        xs,
+        [r["spark_sql_seconds"] + r["peer_apply_seconds"] for r in rows],
+        marker="^",
+        linestyle=":",
+        label="Spark SQL + rewriting the table",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("changed trips (% of the table)")
+    ax.set_ylabel("seconds")
+    ax.set_title("time to bring the three views up to date")
+    ax.legend(fontsize=8)
+
+
+def plot_jobs(ax: Axes, result: dict[str, Any]) -> None:
+    rows = result["summary"]
+    xs = [100 * r["fraction"] for r in rows]
+    ax.plot(xs, [r["spark_jobs"] for r in rows], marker="o", label="Spark jobs")
+    ax.plot(xs, [r["spark_stages"] for r in rows], marker="s", label="stages (incl. skipped)")
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("changed trips (% of the table)")
+    ax.set_title("Spark jobs of one incremental run")
+    ax.legend(fontsize=8)
+
+
+def plot_breakdown(ax: Axes, result: dict[str, Any]) -> None:
+    per = result["breakdown_by_operator"]
+    if not per:
+        ax.set_title("no per-trace breakdown recorded")
+        return
+    fractions = sorted(per, key=float)
+    kinds = sorted({k for f in fractions for k in per[f]})
+    bottom = np.zeros(len(fractions))
+    labels = [f"{100 * float(f):g}%" for f in fractions]
+    for kind in kinds:
+        values = np.array([per[f].get(kind, {}).get("seconds", 0.0) for f in fractions])
+        ax.bar(labels, values, bottom=bottom, label=kind)
+        bottom += values
+    ax.set_xlabel("changed trips")
+    ax.set_ylabel("seconds inside the traces' computation (threads overlap)")
+    ax.set_title("incremental time by operator (summed over traces)")
+    ax.legend(fontsize=7)
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--rows", type=int, default=1_000_000, help="trips loaded (default 1 M)")
+    p.add_argument(
+        "--fractions",
+        type=lambda s: tuple(float(x) for x in s.split(",")),
+        default=(0.0001, 0.001, 0.01, 0.1),
+        help="changed share of the trips per epoch, comma-separated",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="epochs per change size (default 3)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 20,000 trips, 1 repeat")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--no-breakdown", action="store_true", help="no per-trace attribution")
+    p.add_argument("--workdir", type=Path, default=None, help="where the scratch warehouse goes")
+    p.add_argument("--keep", action="store_true", help="keep the scratch warehouse")
+    a = p.parse_args(argv)
+    cfg = BenchConfig(
+        rows=20_000 if a.quick else a.rows,
+        fractions=a.fractions,
+        repeats=1 if a.quick else a.repeats,
+        seed=a.seed,
+        breakdown=not a.no_breakdown,
+    )
+    return cfg, a.workdir, a.keep
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, workdir, keep = parse_args(sys.argv[1:] if argv is None else argv)
+    root = Path(tempfile.mkdtemp(prefix=f"{NAME}_", dir=workdir))
+    spark = spark_session(f"bench_{NAME}", count_jobs=True)
+    try:
+        result = run_benchmark(spark, cfg, root)
+        write_json(result)
+        plot(result, RESULTS / f"{NAME}.png")
+        print(f"wrote {RESULTS / (NAME + '.json')} and {RESULTS / (NAME + '.png')}")
+    finally:
+        spark.stop()
+        if keep:
+            print(f"scratch warehouse kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

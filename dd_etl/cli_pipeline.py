@@ -1,0 +1,359 @@
+"""The pipeline commands of ``dd-etl``: run, status, read, changes, verify, compact,
+rebuild, explain. Thin: each loads the pipeline and calls ``dd_etl.pipeline``."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import json
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dd_etl.cli import DEBUG, app
+
+T = TypeVar("T")
+# Not a terminal (a pipe, a file): wide enough that tables keep whole names.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+PipelineFile = Annotated[Path, typer.Argument(help="The pipeline YAML file.")]
+INTERNAL_ERROR = 70
+CURRENT = {"file": "PIPELINE"}  # the pipeline file of this command, for error messages
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _guarded(action: Callable[[], T]) -> T:
+    """Run ``action``; render a failure as one paragraph with a meaningful exit status."""
+    from dd_etl.pipeline.errors import PipelineError
+    from dd_etl.plan.dataflow import PlanError
+    from dd_etl.runtime.runner import PlanChanged
+    from dd_etl.trace.errors import TraceError
+
+    try:
+        return action()
+    except typer.Exit:
+        raise
+    except Exception as e:
+        if DEBUG["on"]:
+            traceback.print_exc(file=sys.stderr)
+        if isinstance(e, PlanChanged):
+            _fail(f"{e}: `dd-etl rebuild {CURRENT['file']} {e.view}`.", 4)
+        if isinstance(e, PipelineError):
+            _fail(str(e), e.exit_code)
+        if isinstance(e, PlanError):
+            _fail(str(e), 2)
+        if isinstance(e, TraceError):
+            _fail(str(e), 3)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        _fail(
+            f"{type(e).__name__}: {first[:500]} (an internal error; `dd-etl --debug …` "
+            "shows where)",
+            INTERNAL_ERROR,
+        )
+
+
+def _open(file: Path) -> Any:
+    from dd_etl.pipeline import open_pipeline
+
+    CURRENT["file"] = str(file)
+    return _guarded(lambda: open_pipeline(file))
+
+
+@contextmanager
+def _steps() -> Iterator[Callable[[str, str], None]]:
+    """A progress line per step of a tick (sources, run, sinks), on standard error."""
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
+        tasks: dict[str, Any] = {}
+
+        def report(step: str, detail: str) -> None:
+            if step not in tasks:
+                tasks[step] = progress.add_task(step, total=1)
+            else:
+                progress.update(tasks[step], completed=1, description=f"{step}: {detail}")
+
+        yield report
+
+
+@app.command()
+def run(
+    pipeline: PipelineFile,
+    epochs: Annotated[int, typer.Option(min=1, help="Ticks to run, one after another.")] = 1,
+) -> None:
+    """One ingest tick: take in every source's changes as a new epoch and bring every
+    view and sink up to date. A re-run after a crash completes the interrupted epoch."""
+    from dd_etl.pipeline import run_tick
+
+    p = _open(pipeline)
+    for _ in range(epochs):
+        with _steps() as progress:
+            report = _guarded(lambda: run_tick(p, progress))
+        verb = "completed interrupted" if report.resumed else "ran"
+        changed = sum(report.views.values())
+        err.print(
+            f"{verb} epoch {report.epoch} in {report.seconds:.1f}s: {changed} view change records",
+            highlight=False,
+        )
+
+
+@app.command()
+def status(
+    pipeline: PipelineFile,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Per source and view: frontiers, batches and records of its trace, lag, last tick."""
+    from dd_etl.pipeline.config import load_config
+    from dd_etl.pipeline.status import pipeline_status
+
+    loaded = _guarded(lambda: load_config(pipeline))
+    st = _guarded(lambda: pipeline_status(loaded))
+    if as_json:
+        print(json.dumps(st.to_json(), indent=2, default=str))
+        return
+    out.print(f"pipeline [bold]{st.pipeline}[/] (warehouse {st.warehouse})", highlight=False)
+    tick = st.last_tick
+    if tick is None:
+        out.print("last tick: never")
+    else:
+        when = dt.datetime.fromtimestamp(tick["finished_at"], dt.UTC).isoformat(timespec="seconds")
+        took = tick["finished_at"] - tick["started_at"]
+        out.print(f"last tick: epoch {tick['epoch']}, finished {when} in {took:.1f}s")
+    table = Table("source", "upper", "since", "batches", "records", "covers", "lag")
+    for s in st.sources:
+        table.add_row(
+            s.name, _n(s.upper), _n(s.since), str(s.batches), str(s.records),
+            json.dumps(s.position) if s.position is not None else "", s.lag,
+        )  # fmt: skip
+    out.print(table)
+    table = Table("view", "upper", "since", "batches", "records", "lag", "sinks (epoch)")
+    for v in st.views:
+        sinks = ", ".join(f"{k} {_n(e)}" for k, e in v.sinks.items())
+        table.add_row(
+            v.name, _n(v.upper), _n(v.since), str(v.batches), str(v.records), v.lag, sinks
+        )
+    out.print(table)
+    out.print(f"internal traces: {st.internal_traces} ({st.internal_records} records)")
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+Format = Literal["table", "csv", "json"]
+
+
+@app.command()
+def read(
+    pipeline: PipelineFile,
+    view: Annotated[str, typer.Argument(help="The view to read.")],
+    as_of: Annotated[int | None, typer.Option("--as-of", help="Epoch (default: latest).")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = "table",
+    limit: Annotated[int | None, typer.Option(min=0, help="At most this many rows.")] = None,
+) -> None:
+    """The view's rows (bag semantics) at the latest or a past epoch, in the order of
+    its columns; sorted, so the output is stable."""
+    p = _open(pipeline)
+
+    def rows() -> tuple[list[str], list[tuple[Any, ...]]]:
+        df = p.runtime.read(view, as_of)
+        df = df.orderBy(*[c for c in df.columns if _orderable(df.schema[c].dataType)])
+        if limit is not None:
+            df = df.limit(limit)
+        return df.columns, [tuple(r) for r in df.collect()]
+
+    columns, data = _guarded(rows)
+    _print_rows(columns, data, fmt, title=f"{view}" + ("" if as_of is None else f" @ {as_of}"))
+
+
+@app.command()
+def changes(
+    pipeline: PipelineFile,
+    view: Annotated[str, typer.Argument(help="The view whose changes to show.")],
+    from_epoch: Annotated[int, typer.Option("--from", help="First epoch (inclusive).")],
+    to_epoch: Annotated[int, typer.Option("--to", help="Last epoch (exclusive).")],
+    fmt: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = "table",
+) -> None:
+    """The view's changes at epochs [from, to): its columns, ``_epoch`` and ``_diff``
+    (+n: n copies of the row added, -n: removed)."""
+    from pyspark.sql import functions as F
+
+    p = _open(pipeline)
+
+    def rows() -> tuple[list[str], list[tuple[Any, ...]]]:
+        df = p.runtime.changes(view, from_epoch, to_epoch)
+        data = [c for c in df.columns if c not in ("_time", "_diff")]
+        df = df.select(*data, F.col("_time").alias("_epoch"), "_diff")
+        df = df.orderBy("_epoch", *[c for c in data if _orderable(df.schema[c].dataType)])
+        return df.columns, [tuple(r) for r in df.collect()]
+
+    columns, data = _guarded(rows)
+    _print_rows(columns, data, fmt, title=f"{view} changes [{from_epoch}, {to_epoch})")
+
+
+@app.command()
+def verify(
+    pipeline: PipelineFile,
+    view: Annotated[str | None, typer.Argument(help="Only this view.")] = None,
+) -> None:
+    """Recompute views from scratch (and re-read sources) and compare; exit status 1
+    and the differing rows on a mismatch."""
+    from dd_etl.pipeline.verify import verify as check
+
+    p = _open(pipeline)
+    report = _guarded(lambda: check(p, None if view is None else [view]))
+    for item in report.checked:
+        ok = not any(m.what in item for m in report.mismatches)
+        out.print(f"{'[green]ok[/]' if ok else '[red]MISMATCH[/]'}  {item}", highlight=False)
+    for item in report.skipped:
+        out.print(f"[yellow]skipped[/]  {item}", highlight=False)
+    for m in report.mismatches:
+        out.print(
+            f"\n[red]{m.what} at epoch {m.epoch}: {m.differences} rows differ[/] "
+            "(+n: the recomputation has n more copies, -n: the maintained result has)",
+            highlight=False,
+        )
+        for count, row in m.rows:
+            out.print(f"  {count:+d}  {row}", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def compact(
+    pipeline: PipelineFile,
+    fuel: Annotated[int | None, typer.Option(help="Records of merge work per trace.")] = None,
+) -> None:
+    """Merge spine layers of every trace of the pipeline, advance compaction, vacuum."""
+    from dd_etl.pipeline.build import session_for, warehouse_of
+    from dd_etl.pipeline.config import load_config
+    from dd_etl.trace.maintenance import maintain_warehouse
+
+    loaded = _guarded(lambda: load_config(pipeline))
+    c = loaded.config.compaction
+    spark = _guarded(lambda: session_for(loaded))
+    reports = _guarded(
+        lambda: maintain_warehouse(spark, warehouse_of(loaded), fuel or c.fuel, c.retention_hours)
+    )
+    table = Table("trace", "batches", "records", "files removed")
+    for r in reports:
+        table.add_row(
+            r.trace,
+            f"{r.batches_before} → {r.batches_after}",
+            f"{r.records_before} → {r.records_after}",
+            str(r.files_removed),
+        )
+    out.print(table)
+
+
+@app.command()
+def rebuild(
+    pipeline: PipelineFile,
+    views: Annotated[list[str] | None, typer.Argument(help="Views to recompute.")] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="Take this source in again instead.")
+    ] = None,
+) -> None:
+    """Recompute views (and the views that read them) from scratch at the next run,
+    e.g. after their definition changed; or, with ``--source``, take a source in
+    again after it lost history."""
+    if source is not None:
+        from dd_etl.pipeline.rebuild import rebuild_source
+
+        out.print(_guarded(lambda: rebuild_source(pipeline, source)), highlight=False)
+        return
+    if not views:
+        _fail("name the views to rebuild, or give --source", 2)
+    from dd_etl.pipeline.rebuild import rebuild_views
+
+    p = _open(pipeline)
+    names = _guarded(lambda: rebuild_views(p, list(views)))
+    out.print(f"rebuilt {', '.join(names)}: the next `dd-etl run` recomputes them")
+
+
+@app.command()
+def explain(pipeline: PipelineFile, view: Annotated[str, typer.Argument()]) -> None:
+    """The plan of differential operators that maintains the view."""
+    from dd_etl.pipeline.explain import explain_view
+
+    p = _open(pipeline)
+    out.print(_guarded(lambda: explain_view(p, view)), highlight=False, markup=False)
+
+
+# ----------------------------------------------------------------- output
+
+
+def _orderable(datatype: Any) -> bool:
+    from pyspark.sql.types import MapType
+
+    return not isinstance(datatype, MapType)
+
+
+def plain(value: Any) -> str:
+    """A value as CSV text: ISO dates, plain (never scientific) numbers, NULL as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text or "E" in text:
+            text = format(decimal.Decimal(text), "f")
+        return text
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=plain)
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal | dt.datetime | dt.date | dt.time):
+        return plain(value)
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if hasattr(value, "asDict"):
+        return {k: _json_value(v) for k, v in value.asDict().items()}
+    return value
+
+
+def _print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str) -> None:
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        for r in rows:
+            writer.writerow([plain(v) for v in r])
+        return
+    if fmt == "json":
+        records = [{c: _json_value(v) for c, v in zip(columns, r, strict=True)} for r in rows]
+        sys.stdout.write(json.dumps(records, indent=None) + "\n")
+        return
+    table = Table(*columns, title=title)
+    for r in rows:
+        table.add_row(*[plain(v) if v is not None else "NULL" for v in r])
+    out.print(table)
+    err.print(f"{len(rows)} rows", highlight=False)

@@ -1,0 +1,258 @@
+"""The pipeline file: YAML validated by pydantic models, errors pointing at the key.
+
+    name: taxi
+    warehouse: ../traces/taxi
+    spark: {master: "local[*]", conf: {spark.sql.shuffle.partitions: "8"}}
+    sources:
+      trips: {format: delta, path: ../data/trips, key: [trip_id]}
+    views:
+      fares: {sql: "SELECT ...", materialize: {path: ../out/fares}}
+    compaction: {retain_epochs: 5}
+
+Paths are relative to the file. ``${NAME}`` in any string is replaced by the
+environment variable ``NAME`` (an error if unset); options whose name looks like
+a secret must be given that way, never as plain text. Nothing in the file is
+ever executed: a Python view names a function by import path only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dd_etl.pipeline.errors import ConfigError
+
+NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+"""Source and view names are SQL table names and directory names."""
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_NAME = re.compile(r"secret|password|passwd|token|credential|access[_.-]?key|private", re.I)
+SourceName = Annotated[str, Field(pattern=NAME)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SparkSettings(_Model):
+    master: str | None = None
+    """``local[*]``, ``spark://host:7077`` or any cluster URL; default: local (or
+    ``DD_ETL_SPARK_MASTER``)."""
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class SourceConfig(_Model):
+    format: Literal["delta", "parquet", "csv", "json"]
+    path: str
+    mode: Literal["auto", "cdf", "snapshot", "append"] | None = None
+    """delta: ``auto`` (change data feed when enabled, else snapshot differencing),
+    ``cdf`` or ``snapshot``; files: ``append`` (each new file is new data) or
+    ``snapshot`` (the directory is the whole table, diffed against the last one)."""
+    key: list[str] | None = None
+    columns: dict[str, str] | None = Field(default=None, alias="schema")
+    """Column name → Spark SQL type; default: read from the data."""
+    options: dict[str, str] = Field(default_factory=dict)
+    """Spark reader options for files (e.g. ``sep``, ``dateFormat``)."""
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    """Object store options for Delta sources (credentials via ``${ENV}``)."""
+    diff_column: str = "diff"
+    """In files: a column of multiplicities (-1 deletes a row); absent means +1."""
+
+    @model_validator(mode="after")
+    def _mode_fits_format(self) -> SourceConfig:
+        allowed = ("auto", "cdf", "snapshot") if self.format == "delta" else ("append", "snapshot")
+        if self.mode is not None and self.mode not in allowed:
+            raise ValueError(f"mode {self.mode!r} does not apply to {self.format}; use {allowed}")
+        return self
+
+    @property
+    def effective_mode(self) -> str:
+        return self.mode or ("auto" if self.format == "delta" else "append")
+
+
+class SinkConfig(_Model):
+    path: str
+
+
+class ViewConfig(_Model):
+    sql: str | None = None
+    python: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """``package.module:function``: a function ``(flow, tables) -> Collection``."""
+    inputs: list[SourceName] | None = None
+    """Python views: the sources and views passed in ``tables`` (default: all sources)."""
+    materialize: SinkConfig | None = None
+    """A plain Delta table kept equal to the view, one commit per epoch."""
+    changes: SinkConfig | None = None
+    """A Delta table of the view's changes: its columns, ``_epoch``, ``_diff``."""
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _one_definition(self) -> ViewConfig:
+        if (self.sql is None) == (self.python is None):
+            raise ValueError("give exactly one of `sql` or `python`")
+        if self.inputs is not None and self.sql is not None:
+            raise ValueError("`inputs` is for python views; SQL views name their tables")
+        return self
+
+
+class CompactionConfig(_Model):
+    retain_epochs: int | None = Field(default=None, ge=0)
+    """Past epochs of each view kept readable (``read --as-of``, ``changes``)."""
+    fuel: int | None = Field(default=None, ge=1)
+    """Records of merge work per trace for ``compact`` (default: until settled)."""
+    retention_hours: float = Field(default=24.0, ge=0)
+    """Files unreachable for this long are deleted by ``compact``."""
+
+
+class PipelineConfig(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    warehouse: str
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    sources: dict[SourceName, SourceConfig]
+    views: dict[SourceName, ViewConfig] = Field(default_factory=dict)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+
+    @field_validator("sources")
+    @classmethod
+    def _some_source(cls, v: dict[str, SourceConfig]) -> dict[str, SourceConfig]:
+        if not v:
+            raise ValueError("a pipeline needs at least one source")
+        return v
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> PipelineConfig:
+        both = sorted(set(self.sources) & set(self.views))
+        if both:
+            raise ValueError(f"{both} name both a source and a view")
+        return self
+
+
+class LoadedConfig:
+    """A validated pipeline file, with paths resolved against its directory."""
+
+    def __init__(self, file: Path, config: PipelineConfig, lines: dict[str, int]) -> None:
+        self.file = file
+        self.config = config
+        self._lines = lines
+
+    @property
+    def base(self) -> Path:
+        return self.file.parent
+
+    def resolve(self, path: str) -> str:
+        """A path of the file, made absolute; URLs (``s3://…``) are kept as they are."""
+        if "://" in path:
+            return path
+        return str((self.base / path).resolve())
+
+    def line(self, key: str) -> int | None:
+        return self._lines.get(key)
+
+    def error(self, key: str, reason: str, line_offset: int = 0) -> ConfigError:
+        line = self.line(key)
+        return ConfigError(self.file, key, reason, None if line is None else line + line_offset)
+
+
+def load_config(file: str | Path) -> LoadedConfig:
+    path = Path(file)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(path, "", f"cannot read the pipeline file: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+        lines = dict(_key_lines(yaml.compose(text)))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        raise ConfigError(path, "", f"not valid YAML: {getattr(e, 'problem', e)}", line) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(path, "", "the file must be a mapping with `name`, `sources`, `views`")
+    _refuse_plain_secrets(path, raw, lines)
+    data = _interpolate(path, raw, (), lines)
+    try:
+        config = PipelineConfig.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        reason = first["msg"]
+        if first["type"] == "extra_forbidden":
+            reason = "unknown key (check its spelling and place)"
+        if first["type"] == "missing":
+            reason = "required key is missing"
+        more = e.error_count() - 1
+        if more:
+            reason += f" (and {more} more error{'s' if more > 1 else ''})"
+        raise ConfigError(path, key, reason, _nearest_line(lines, key)) from None
+    return LoadedConfig(path.resolve(), config, lines)
+
+
+def _key_lines(node: yaml.Node | None, prefix: str = "") -> Iterator[tuple[str, int]]:
+    """The line of every key path (``views.fares.sql``); for a value, where it starts."""
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = f"{prefix}.{k.value}" if prefix else str(k.value)
+            yield key, k.start_mark.line + 1
+            if isinstance(v, yaml.ScalarNode) and v.style in ("|", ">"):
+                yield f"{key}#value", v.start_mark.line + 2  # block scalar text starts below
+            else:
+                yield f"{key}#value", v.start_mark.line + 1
+            yield from _key_lines(v, key)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            key = f"{prefix}.{i}"
+            yield key, v.start_mark.line + 1
+            yield from _key_lines(v, key)
+
+
+def _nearest_line(lines: dict[str, int], key: str) -> int | None:
+    parts = key.split(".")
+    while parts:
+        line = lines.get(".".join(parts))
+        if line is not None:
+            return line
+        parts.pop()
+    return None
+
+
+def _refuse_plain_secrets(file: Path, raw: Any, lines: dict[str, int], prefix: str = "") -> None:
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, str) and SECRET_NAME.search(str(k)) and not ENV_REFERENCE.fullmatch(v):
+                raise ConfigError(
+                    file,
+                    key,
+                    "looks like a secret: give it as an environment variable reference, "
+                    "e.g. `${MY_SECRET}`, never as plain text",
+                    lines.get(key),
+                )
+            _refuse_plain_secrets(file, v, lines, key)
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            _refuse_plain_secrets(file, v, lines, f"{prefix}.{i}")
+
+
+def _interpolate(file: Path, raw: Any, at: tuple[str, ...], lines: dict[str, int]) -> Any:
+    if isinstance(raw, dict):
+        return {k: _interpolate(file, v, (*at, str(k)), lines) for k, v in raw.items()}
+    if isinstance(raw, list):
+        return [_interpolate(file, v, (*at, str(i)), lines) for i, v in enumerate(raw)]
+    if isinstance(raw, bool | int | float) and len(at) >= 2 and at[-2] in ("conf", "options"):
+        return str(raw).lower() if isinstance(raw, bool) else str(raw)  # Spark conf is text
+    if not isinstance(raw, str):
+        return raw
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in os.environ:
+            key = ".".join(at)
+            raise ConfigError(file, key, f"environment variable {name} is not set", lines.get(key))
+        return os.environ[name]
+
+    return ENV_REFERENCE.sub(value, raw)

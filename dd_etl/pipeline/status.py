@@ -1,0 +1,113 @@
+"""Where a pipeline stands, read from the Delta logs of its traces (no Spark job).
+
+Per source: frontiers, batches, records, what its last epoch covered and how far
+the source has moved on since. Per view: frontiers, batches, records, and lag
+(epochs the sources have that the view has not computed yet). Plus the last tick.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dd_etl.pipeline.build import make_reader, view_order, warehouse_of
+from dd_etl.pipeline.config import LoadedConfig
+from dd_etl.pipeline.ticks import last_tick
+from dd_etl.sources.base import POSITION_META
+from dd_etl.trace import delta_log
+from dd_etl.trace.errors import TraceNotFound
+from dd_etl.trace.maintenance import find_traces
+
+
+@dataclass
+class TraceStatus:
+    name: str
+    upper: int | None  # next epoch the trace will take (None: no trace yet)
+    since: int | None
+    batches: int = 0
+    records: int = 0
+    lag: str = ""
+    position: Any = None
+    sinks: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineStatus:
+    pipeline: str
+    warehouse: str
+    sources: list[TraceStatus]
+    views: list[TraceStatus]
+    internal_traces: int
+    internal_records: int
+    last_tick: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _trace(path: Path, name: str) -> TraceStatus:
+    try:
+        snapshot = delta_log.load(str(path))
+    except TraceNotFound:
+        return TraceStatus(name, None, None, lag="not computed yet")
+    s = snapshot.state
+    position = s.meta_map.get(POSITION_META)
+    return TraceStatus(
+        name,
+        s.upper.epoch_bound(),
+        s.since.epoch_bound(),
+        len(s.batches),
+        s.records,
+        position=None if position is None else json.loads(position),
+    )
+
+
+def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
+    config = loaded.config
+    view_order(loaded)  # the whole file is checked, as for a run
+    warehouse = warehouse_of(loaded)
+    sources = []
+    for name, source in config.sources.items():
+        st = _trace(warehouse / "sources" / name, name)
+        reader = make_reader(spark, loaded, name, source)
+        st.lag = reader.lag(st.position)
+        if isinstance(st.position, dict) and "files" in st.position:
+            st.position = {"files": len(st.position["files"])}
+        sources.append(st)
+    uppers = [s.upper for s in sources if s.upper is not None]
+    sources_upper = min(uppers) if len(uppers) == len(sources) else 0
+    views = []
+    from dd_etl.sinks.delta_table import SinkTable  # deltalake only
+
+    for name, view in config.views.items():
+        st = _trace(warehouse / "views" / name, name)
+        if st.upper is not None:
+            behind = sources_upper - st.upper
+            st.lag = (
+                f"{behind} epoch{'s' if behind != 1 else ''} behind" if behind else "up to date"
+            )
+        for kind, sink in (("materialize", view.materialize), ("changes", view.changes)):
+            if sink is not None:
+                app = f"dd_etl/{config.name}/{name}/{kind}"
+                st.sinks[kind] = SinkTable(loaded.resolve(sink.path), app).epoch()
+        views.append(st)
+    internal = 0
+    internal_records = 0
+    if warehouse.exists():
+        for path in find_traces(warehouse):
+            rel = path.relative_to(warehouse).parts
+            if rel and rel[0] in ("arrangements", "reductions"):
+                internal += 1
+                internal_records += delta_log.load(str(path)).state.records
+    tick = last_tick(warehouse)
+    return PipelineStatus(
+        config.name,
+        str(warehouse),
+        sources,
+        views,
+        internal,
+        internal_records,
+        None if tick is None else tick.to_json(),
+    )

@@ -1,0 +1,149 @@
+"""One ingest tick: take in every source's changes as a new epoch, bring every view
+up to date, and update the sinks.
+
+1. The epoch: the sources' least upper, unless a previous tick crashed after some
+   source appended (sources ahead of the last completed tick): then that
+   interrupted epoch is completed instead of starting a new one.
+2. Each source that has not appended the epoch captures its changes since the
+   position its last epoch covered and appends them with the new position as
+   trace meta, in one commit (a source added later first gets empty epochs).
+3. ``Runtime.run`` computes every view for the pending epochs.
+4. Each sink commits the epoch once (Delta application transactions).
+5. The tick is recorded as completed.
+
+Every step is idempotent, so a crash anywhere and a re-run give the result of one
+clean run. Nothing here knows about the CLI: Dagster assets call the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
+
+from dd_etl.failpoints import failpoint
+from dd_etl.lattice import Antichain
+from dd_etl.pipeline.build import Pipeline
+from dd_etl.pipeline.errors import PipelineError, SourceError
+from dd_etl.pipeline.ticks import TickRecord, last_tick, record_tick
+from dd_etl.runtime.runner import epoch_of
+from dd_etl.sources.base import encode_position, read_position
+
+Progress = Callable[[str, str], None]
+"""``progress(step, detail)``: told when a step starts (``source:trips``, ``run``,
+``sink:fares``) and what it did."""
+
+
+@dataclass
+class TickReport:
+    epoch: int
+    resumed: bool  # completed a tick that had crashed
+    sources: dict[str, str] = field(default_factory=dict)
+    views: dict[str, int] = field(default_factory=dict)
+    sinks: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _quiet(step: str, detail: str) -> None:
+    pass
+
+
+def next_epoch(pipeline: Pipeline) -> tuple[int, bool]:
+    """The epoch this tick works on, and whether it completes an interrupted one."""
+    rt = pipeline.runtime
+    uppers = [epoch_of(rt.trace(s).reload().upper) for s in pipeline.flow.sources.values()]
+    done = last_tick(pipeline.warehouse)
+    completed = -1 if done is None else done.epoch
+    ahead = max(uppers)
+    if ahead > completed + 1:
+        return ahead - 1, True
+    return min(ahead, completed + 1) if done is not None else ahead, False
+
+
+def run_tick(pipeline: Pipeline, progress: Progress = _quiet) -> TickReport:
+    started = time.time()
+    rt = pipeline.runtime
+    rt.check_plans()
+    epoch, resumed = next_epoch(pipeline)
+    report = TickReport(epoch, resumed)
+    for name in pipeline.flow.sources:
+        progress(f"source:{name}", "")
+        report.sources[name] = ingest(pipeline, name, epoch)
+        progress(f"source:{name}", report.sources[name])
+    failpoint("tick.sources_appended")
+    progress("run", "")
+    run = rt.run()
+    report.views = dict(run.views)
+    progress("run", f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date")
+    for view in pipeline.flow.views:
+        changed = may_have_changed(pipeline, view, epoch)
+        table = pipeline.materialized(view)
+        if table is not None:
+            progress(f"sink:{view}", "")
+            wrote = table.sync(epoch, changed=changed)
+            report.sinks[f"{view} (materialized)"] = "committed" if wrote else "already there"
+            progress(f"sink:{view}", report.sinks[f"{view} (materialized)"])
+        feed = pipeline.change_feed(view)
+        if feed is not None:
+            wrote = feed.sync(epoch)
+            report.sinks[f"{view} (changes)"] = "committed" if wrote else "already there"
+    failpoint("tick.sinks_committed")
+    report.seconds = time.time() - started
+    record_tick(
+        pipeline.warehouse,
+        TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
+    )
+    return report
+
+
+def may_have_changed(pipeline: Pipeline, view: str, epoch: int) -> bool:
+    """False only if no batch of the view's trace that can hold ``epoch`` has records
+    (read from the trace state, no Spark job)."""
+    trace = pipeline.runtime.trace(pipeline.flow.views[view])
+    for batch in trace.state.batches:
+        d = batch.description
+        if (
+            batch.records
+            and d.lower.less_equal_time((epoch,))
+            and not d.upper.less_equal_time((epoch,))
+        ):
+            return True
+    return False
+
+
+def ingest(pipeline: Pipeline, name: str, epoch: int) -> str:
+    """Append source ``name``'s changes as ``epoch``, unless it already has."""
+    rt = pipeline.runtime
+    node = pipeline.flow.sources[name]
+    trace = rt.trace(node)
+    upper = epoch_of(trace.reload().upper)
+    if upper > epoch:
+        return "already taken in"
+    if upper < epoch:  # a source new to the pipeline: empty before its first epoch
+        empty = pipeline.flow.empty_updates(node.schema)
+        trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
+    reader = pipeline.readers[name]
+    try:
+        capture = reader.capture(read_position(trace), trace, node.schema)
+        changes = capture.changes
+        if changes is None:
+            changes = pipeline.flow.empty_updates(node.schema).drop("_time")
+        rt.append_source(name, changes, epoch, meta=encode_position(capture.position))
+    except PipelineError:
+        raise
+    except (PySparkException, Py4JJavaError) as e:
+        raise SourceError(name, f"its new data cannot be taken in: {_first_line(e)}") from e
+    return capture.summary
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    if isinstance(e, Py4JJavaError):
+        text = str(e.java_exception)
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:400]
+    return type(e).__name__

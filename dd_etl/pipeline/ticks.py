@@ -1,0 +1,43 @@
+"""The record of completed ticks: which epoch the pipeline last finished, and when.
+
+Kept as one small JSON file under the warehouse, replaced atomically. It
+distinguishes a tick that crashed (sources ahead of the last completed epoch:
+the re-run completes that epoch) from a finished one (the run starts a new epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+TICKS_FILE = "_pipeline/last_tick.json"
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    epoch: int
+    started_at: float
+    finished_at: float
+    sources: dict[str, str] = field(default_factory=dict)  # what each source's epoch covered
+    views: dict[str, int] = field(default_factory=dict)  # change records written per view
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def last_tick(warehouse: Path) -> TickRecord | None:
+    path = warehouse / TICKS_FILE
+    if not path.exists():
+        return None
+    return TickRecord(**json.loads(path.read_text()))
+
+
+def record_tick(warehouse: Path, record: TickRecord) -> None:
+    path = warehouse / TICKS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record.to_json(), indent=2))
+    os.replace(temporary, path)

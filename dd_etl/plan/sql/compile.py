@@ -1,0 +1,61 @@
+"""``compile_view``: one SQL query to one collection of the dataflow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import NullType, StringType
+from sqlglot import exp
+
+from dd_etl.plan.dataflow import Collection, Dataflow
+from dd_etl.plan.sql.errors import Located
+from dd_etl.plan.sql.frontend import catalog, check_tables, parse, refuse_recursion, resolve
+from dd_etl.plan.sql.relational import Compiler
+
+
+def compile_view(
+    flow: Dataflow,
+    sql: str,
+    tables: Mapping[str, Collection],
+    name: str = "view",
+    *,
+    dialect: str = "spark",
+    register: bool = True,
+) -> Collection:
+    """Compile ``sql`` (one query in ``dialect``) over ``tables`` (sources or
+    earlier views, by the names the SQL uses) into a differential dataflow.
+
+    With ``register`` the result is the view ``name`` of ``flow`` (it keeps a
+    trace under ``views/<name>``); otherwise the bare collection. Raises
+    ``SqlError`` at the offending construct, before any data is touched.
+    """
+    loc = Located(name, sql, dialect)
+    tree = parse(sql, dialect, loc)
+    refuse_recursion(tree, loc)
+    known = catalog(tables)
+    check_tables(tree, known, loc)
+    tree = resolve(tree, known, dialect, loc)
+    out = Compiler(flow, known, loc).query(tree, {})
+    seen: set[str] = set()
+    for output, node in zip(out.names, _projections(tree), strict=False):
+        if output in seen:
+            raise loc.error(f"two output columns are named '{output}'; give one an alias", node)
+        seen.add(output)
+    schema = out.coll.node.schema
+    named = {
+        output: F.col(c).cast(StringType())
+        if isinstance(schema[c].dataType, NullType)
+        else F.col(c)
+        for output, c in zip(out.names, out.coll.columns, strict=True)
+    }
+    renamed = list(out.names) != out.coll.columns
+    void = any(isinstance(f.dataType, NullType) for f in schema.fields)
+    result = out.coll.select(**named) if renamed or void else out.coll
+    return flow.view(name, result) if register else result
+
+
+def _projections(tree: exp.Expr) -> list[exp.Expr]:
+    while isinstance(tree, exp.Union | exp.Except | exp.Intersect | exp.Subquery):
+        tree = tree.this
+    return list(tree.expressions) if isinstance(tree, exp.Select) else []

@@ -1,0 +1,47 @@
+"""``changes:``: a Delta table of a view's changes, ``(columns…, _epoch, _diff)``.
+
+Append-only: each epoch adds the view's consolidated changes at that epoch in one
+commit (several epochs at once if the table fell behind), so consumers can read
+it incrementally like any Delta table.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from dd_etl.runtime import Runtime
+from dd_etl.sinks.delta_table import SinkTable
+from dd_etl.trace.columns import DIFF, TIME
+
+EPOCH_COLUMN = "_epoch"
+DIFF_COLUMN = "_diff"
+
+
+class ChangeFeed:
+    def __init__(self, runtime: Runtime, pipeline: str, view: str, uri: str) -> None:
+        self.runtime = runtime
+        self.view = view
+        self.uri = uri
+        node = runtime.flow.views[view]
+        schema = StructType(
+            [
+                *node.schema.fields,
+                StructField(EPOCH_COLUMN, LongType(), False),
+                StructField(DIFF_COLUMN, LongType(), False),
+            ]
+        )
+        self.columns = node.columns
+        self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/changes", schema)
+
+    def sync(self, epoch: int) -> bool:
+        last = self.table.epoch()
+        if last is not None and last >= epoch:
+            return False
+        start = 0 if last is None else last + 1
+        changes = self.runtime.changes(self.view, start, epoch + 1).select(
+            *self.columns,
+            F.col(TIME).cast("long").alias(EPOCH_COLUMN),
+            F.col(DIFF).cast("long").alias(DIFF_COLUMN),
+        )
+        return self.table.commit(epoch, changes, replace=False, meta={"dd_etl.view": self.view})

@@ -1,0 +1,94 @@
+"""Bad pipeline files: each error names the file, the line, the key path and what
+is wrong, as one paragraph with exit status 2, before anything is committed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dd_etl.cli import app
+from dd_etl.pipeline.build import view_order
+from dd_etl.pipeline.config import load_config
+from dd_etl.pipeline.errors import ConfigError
+
+GOOD = """\
+name: p
+warehouse: wh
+sources:
+  trips: {format: delta, path: data/trips}
+views:
+  a:
+    sql: SELECT * FROM trips
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> ConfigError:
+    loaded = None
+    with pytest.raises(ConfigError) as info:
+        loaded = load_config(write(tmp_path, text))
+        view_order(loaded)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "reason"),
+    [
+        (GOOD.replace("format: delta", "format: delta, pth: x"), "sources.trips.pth", 4,
+         "unknown key"),
+        (GOOD.replace("warehouse: wh\n", ""), "warehouse", None, "required key is missing"),
+        (GOOD.replace("format: delta", "format: avro"), "sources.trips.format", 4, "'delta'"),
+        (GOOD.replace("sql: SELECT * FROM trips", "sql: SELECT * FROM trip"), "views.a.sql", 7,
+         "line 1, col 15 of the query: unknown table 'trip'"),
+        (GOOD + "  b:\n    sql: SELECT * FROM c\n  c:\n    sql: SELECT * FROM b\n", "views.b", 8,
+         "cycle: b → c → b"),
+        (GOOD.replace("sql: SELECT * FROM trips", "python: os:system()"), "views.a.python", 7,
+         "should match pattern"),
+        (GOOD.replace("    sql: SELECT * FROM trips", "    description: no definition"), "views.a",
+         6, "exactly one of `sql` or `python`"),
+        (GOOD.replace("path: data/trips", "path: s3://b/t, storage_options: "
+                      "{AWS_SECRET_ACCESS_KEY: abc}"), "sources.trips.storage_options."
+         "AWS_SECRET_ACCESS_KEY", 4, "environment variable reference"),
+        (GOOD.replace("path: data/trips", "path: s3://b/t, storage_options: "
+                      "{AWS_SECRET_ACCESS_KEY: '${DD_ETL_TEST_UNSET}'}"),
+         "sources.trips.storage_options.AWS_SECRET_ACCESS_KEY", 4,
+         "environment variable DD_ETL_TEST_UNSET is not set"),
+        (GOOD.replace("views:", "views: [\n"), "", 8, "not valid YAML"),
+    ],
+)  # fmt: skip
+def test_config_errors_point_at_the_key(
+    tmp_path: Path, text: str, key: str, line: int | None, reason: str
+) -> None:
+    e = error_of(tmp_path, text)
+    assert e.key == key
+    assert e.line == line
+    assert reason in e.reason
+    assert str(e).startswith(f"{tmp_path / 'pipeline.yaml'}")
+
+
+def test_secrets_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DD_ETL_TEST_SECRET", "s3cr3t")
+    text = GOOD.replace(
+        "path: data/trips",
+        "path: s3://b/t, storage_options: {AWS_SECRET_ACCESS_KEY: '${DD_ETL_TEST_SECRET}'}",
+    )
+    loaded = load_config(write(tmp_path, text))
+    options = loaded.config.sources["trips"].storage_options
+    assert options["AWS_SECRET_ACCESS_KEY"] == "s3cr3t"
+
+
+def test_the_cli_renders_config_errors_as_one_paragraph(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("sql: SELECT * FROM trips", "sql: SELECT * FROM nope"))
+    result = CliRunner().invoke(app, ["status", str(path)])
+    assert result.exit_code == 2
+    assert "pipeline.yaml:7: views.a.sql" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "wh").exists()
