@@ -30,7 +30,8 @@ def canonical(value: Any) -> str:
         return "(" + ",".join(canonical(v) for v in value) + ")"
     if callable(value):
         code = getattr(value, "__code__", None)
-        body = hashlib.sha256(code.co_code).hexdigest()[:8] if code is not None else ""
+        text = code.co_code + repr(code.co_consts).encode() if code is not None else b""
+        body = hashlib.sha256(text).hexdigest()[:8]
         return f"fn({value.__module__}.{value.__qualname__}:{body})"
     return repr(value)
 

@@ -215,10 +215,12 @@ class Runtime:
         The rebuilt views can be read as of the sources' ``since`` onwards only.
         """
         names = self.dependants(views)
-        sources = [x for x in self.stateful_nodes() if isinstance(x, n.Source)]
-        since = meet_all(self.trace(s).reload().since for s in sources) if sources else None
         for name in names:
             node = self.flow.views[name]
+            # Accurate only where every source it reads is: from the join of their sinces.
+            since = Antichain.from_epoch(0)
+            for source in _sources_of(node):
+                since = since.join(self.trace(source).reload().since)
             self._traces.pop(node.trace_name, None)
             path = Path(self.flow.warehouse) / node.trace_name
             if path.exists():
@@ -226,9 +228,8 @@ class Runtime:
                 path.rename(doomed)
                 shutil.rmtree(doomed)
             trace = self.trace(node)
-            if since is not None:  # history before the sources' since is not reproducible
-                for reader in (RUNTIME_READER, RETENTION_READER):
-                    trace.downgrade_reader(reader, since, since)
+            for reader in (RUNTIME_READER, RETENTION_READER):
+                trace.downgrade_reader(reader, since, since)
         return names
 
     def layers(self) -> list[list[n.Node]]:
@@ -286,6 +287,21 @@ class Runtime:
         if name not in self.flow.views:
             raise PlanError(f"unknown view {name!r}; views are {sorted(self.flow.views)}")
         return self.flow.views[name]
+
+
+def _sources_of(node: n.Node) -> list[n.Source]:
+    found: dict[str, n.Source] = {}
+    seen: set[str] = set()
+    todo = [node]
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        if isinstance(x, n.Source):
+            found[x.id] = x
+        todo.extend(x.inputs)
+    return list(found.values())
 
 
 def reducer_for(node: n.Reduce) -> Reducer:
