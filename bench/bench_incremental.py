@@ -31,13 +31,11 @@ result. Results go to ``bench/results/incremental.json`` and
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -48,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from common import environment, spark_session
+from common import environment, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -70,7 +68,6 @@ from dd_etl.runtime import Runtime, runner
 from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.columns import DIFF
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "incremental"
 ZONES = 265
 BOROUGHS = ("Manhattan", "Brooklyn", "Queens", "Bronx", "Staten Island", "EWR")
@@ -452,7 +449,7 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
                 f"spark sql {sum(entry['spark_sql'].values()):.1f}s",
                 flush=True,
             )
-            write_json(assemble(spark, cfg, load, epochs, kinds, None, started, False))
+            write_json(NAME, assemble(spark, cfg, load, epochs, kinds, None, started, False))
     verification = verify(spark, rt)
     print(f"verification: {verification}", flush=True)
     return assemble(spark, cfg, load, epochs, kinds, verification, started, True)
@@ -581,14 +578,6 @@ def assemble(
     }
 
 
-def write_json(result: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
-
-
-# ------------------------------------------------------------------ plot
-
-
 def plot(result: dict[str, Any], path: Path) -> None:
     fig = Figure(figsize=(16, 5.5), layout="constrained")
     FigureCanvasAgg(fig)
@@ -692,19 +681,14 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
 
 def main(argv: list[str] | None = None) -> None:
     cfg, workdir, keep = parse_args(sys.argv[1:] if argv is None else argv)
-    root = Path(tempfile.mkdtemp(prefix=f"{NAME}_", dir=workdir))
-    spark = spark_session(f"bench_{NAME}", count_jobs=True)
-    try:
-        result = run_benchmark(spark, cfg, root)
-        write_json(result)
-        plot(result, RESULTS / f"{NAME}.png")
-        print(f"wrote {RESULTS / (NAME + '.json')} and {RESULTS / (NAME + '.png')}")
-    finally:
-        spark.stop()
-        if keep:
-            print(f"scratch warehouse kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+    run_recorded(
+        NAME,
+        lambda spark, root: run_benchmark(spark, cfg, root),
+        plot,
+        workdir,
+        keep,
+        count_jobs=True,
+    )
 
 
 if __name__ == "__main__":

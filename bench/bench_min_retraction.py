@@ -31,17 +31,14 @@ and ``bench/results/min_retraction.png``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import environment, spark_session
+from common import environment, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -66,7 +63,6 @@ from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.file_stats import column_bounds
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "min_retraction"
 BIG_GROUP = 1
 SMALL_GROUPS = (0, 2, 3, 4, 5, 6)
@@ -436,7 +432,7 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
     sizes = []
     for size in cfg.sizes:
         sizes.append(run_size(spark, cfg, root, size))
-        write_json(assemble(spark, cfg, sizes, time.perf_counter() - started, complete=False))
+        write_json(NAME, assemble(spark, cfg, sizes, time.perf_counter() - started, complete=False))
     return assemble(spark, cfg, sizes, time.perf_counter() - started, complete=True)
 
 
@@ -456,14 +452,6 @@ def assemble(
         "wall_seconds": round(seconds, 1),
         "sizes": sizes,
     }
-
-
-def write_json(result: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
-
-
-# ------------------------------------------------------------------ plot
 
 
 def reduction_series(
@@ -573,19 +561,14 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
 
 def main(argv: list[str] | None = None) -> None:
     cfg, workdir, keep = parse_args(sys.argv[1:] if argv is None else argv)
-    root = Path(tempfile.mkdtemp(prefix=f"{NAME}_", dir=workdir))
-    spark = spark_session(f"bench_{NAME}", count_jobs=True)
-    try:
-        result = run_benchmark(spark, cfg, root)
-        write_json(result)
-        plot(result, RESULTS / f"{NAME}.png")
-        print(f"wrote {RESULTS / (NAME + '.json')} and {RESULTS / (NAME + '.png')}")
-    finally:
-        spark.stop()
-        if keep:
-            print(f"scratch warehouses kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+    run_recorded(
+        NAME,
+        lambda spark, root: run_benchmark(spark, cfg, root),
+        plot,
+        workdir,
+        keep,
+        count_jobs=True,
+    )
 
 
 if __name__ == "__main__":

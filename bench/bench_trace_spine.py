@@ -21,19 +21,16 @@ of the collection. Results go to ``bench/results/trace_spine.json`` and a plot
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
-import shutil
 import sys
-import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import environment, spark_session
+from common import environment, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -47,7 +44,6 @@ from dd_etl.trace.spine import batch_limit
 SCHEMA = StructType([StructField("k", LongType(), False), StructField("v", LongType(), False)])
 COLUMNS = "k long, v long, _time long, _diff long"
 READER = "bench"
-RESULTS = Path(__file__).resolve().parent / "results"
 COMPACTION = "compaction"
 NO_COMPACTION = "no_compaction"
 
@@ -340,7 +336,7 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
                     check_held_epoch(run, snapshots)
         if (epoch + 1) % cfg.every == 0:
             result = assemble(spark, cfg, runs, time.perf_counter() - started, {})
-            write_json(result)
+            write_json("trace_spine", result)
     vacuumed = vacuum(runs[0], workload)
     disk = {run.name: disk_usage(Path(run.trace.uri)) for run in runs}
     result = assemble(
@@ -387,15 +383,6 @@ def report(name: str, c: Checkpoint) -> None:
         f"append+maintenance {c.mean_append_and_maintenance_seconds:.3f}s",
         flush=True,
     )
-
-
-def write_json(result: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "trace_spine.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-
-
-# ------------------------------------------------------------------ plot
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -537,19 +524,14 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
 
 def main(argv: list[str] | None = None) -> None:
     cfg, workdir, keep = parse_args(sys.argv[1:] if argv is None else argv)
-    root = Path(tempfile.mkdtemp(prefix="trace_spine_", dir=workdir))
-    spark = spark_session("bench_trace_spine", memory="2g")
-    try:
-        result = run_benchmark(spark, cfg, root)
-        write_json(result)
-        plot(result, RESULTS / "trace_spine.png")
-        print(f"wrote {RESULTS / 'trace_spine.json'} and {RESULTS / 'trace_spine.png'}")
-    finally:
-        spark.stop()
-        if keep:
-            print(f"scratch traces kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+    run_recorded(
+        "trace_spine",
+        lambda spark, root: run_benchmark(spark, cfg, root),
+        plot,
+        workdir,
+        keep,
+        memory="2g",
+    )
 
 
 if __name__ == "__main__":

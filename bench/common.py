@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import deltalake
@@ -42,3 +47,38 @@ def environment(spark: SparkSession, **extra: Any) -> dict[str, Any]:
         "load_average_1_5_15min": [round(x, 1) for x in os.getloadavg()],
         **extra,
     }
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def write_json(name: str, result: dict[str, Any]) -> None:
+    """Record ``result`` as ``results/<name>.json`` (also called with partial results)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def run_recorded(
+    name: str,
+    benchmark: Callable[[SparkSession, Path], dict[str, Any]],
+    plot: Callable[[dict[str, Any], Path], None],
+    workdir: Path | None,
+    keep: bool,
+    memory: str = "4g",
+    count_jobs: bool = False,
+) -> None:
+    """Run ``benchmark`` in a scratch directory on its own session, then record its
+    result as JSON and a plot under ``results/``."""
+    root = Path(tempfile.mkdtemp(prefix=f"{name}_", dir=workdir))
+    spark = spark_session(f"bench_{name}", memory, count_jobs)
+    try:
+        result = benchmark(spark, root)
+        write_json(name, result)
+        plot(result, RESULTS / f"{name}.png")
+        print(f"wrote {RESULTS / (name + '.json')} and {RESULTS / (name + '.png')}")
+    finally:
+        spark.stop()
+        if keep:
+            print(f"scratch data kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)

@@ -125,18 +125,8 @@ class Runtime:
 
     def stateful_nodes(self) -> list[n.Node]:
         """Every node with a trace that the views depend on, inputs before users."""
-        seen: dict[str, n.Node] = {}
-
-        def visit(node: n.Node) -> None:
-            if node.id in seen:
-                return
-            for i in node.inputs:
-                visit(i)
-            seen[node.id] = node
-
-        for view in self.flow.views.values():
-            visit(view)
-        return [x for x in seen.values() if x.trace_name is not None]
+        nodes = upstream(list(self.flow.views.values()))
+        return [x for x in nodes if x.trace_name is not None]
 
     # ------------------------------------------------------------------ input
 
@@ -199,11 +189,9 @@ class Runtime:
     def dependants(self, views: Sequence[str]) -> list[str]:
         """``views`` and every view that reads one of them, directly or through others."""
         chosen = {self._view(v).id for v in views}
-
-        def reads_chosen(node: n.Node) -> bool:
-            return any(i.id in chosen or reads_chosen(i) for i in node.inputs)
-
-        return [name for name, v in self.flow.views.items() if v.id in chosen or reads_chosen(v)]
+        return [
+            name for name, v in self.flow.views.items() if chosen & {x.id for x in upstream([v])}
+        ]
 
     def rebuild(self, views: Sequence[str]) -> list[str]:
         """Discard the results of ``views`` and of the views that read them, so the next
@@ -219,7 +207,7 @@ class Runtime:
             node = self.flow.views[name]
             # Accurate only where every source it reads is: from the join of their sinces.
             since = Antichain.from_epoch(0)
-            for source in _sources_of(node):
+            for source in (x for x in upstream([node]) if isinstance(x, n.Source)):
                 since = since.join(self.trace(source).reload().since)
             self._traces.pop(node.trace_name, None)
             path = Path(self.flow.warehouse) / node.trace_name
@@ -289,19 +277,19 @@ class Runtime:
         return self.flow.views[name]
 
 
-def _sources_of(node: n.Node) -> list[n.Source]:
-    found: dict[str, n.Source] = {}
-    seen: set[str] = set()
-    todo = [node]
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        if isinstance(x, n.Source):
-            found[x.id] = x
-        todo.extend(x.inputs)
-    return list(found.values())
+def upstream(roots: Sequence[n.Node]) -> list[n.Node]:
+    """``roots`` and every node they read, each once, inputs before their users."""
+    seen: dict[str, n.Node] = {}
+
+    def visit(node: n.Node) -> None:
+        if node.id not in seen:
+            for i in node.inputs:
+                visit(i)
+            seen[node.id] = node
+
+    for root in roots:
+        visit(root)
+    return list(seen.values())
 
 
 def reducer_for(node: n.Reduce) -> Reducer:
