@@ -24,6 +24,7 @@ demo: $(STAMP)
 	done
 	$(BIN)/dd-etl read $(TAXI) fares_by_passengers
 	$(BIN)/dd-etl read $(TAXI) trips_by_borough
+	$(BIN)/dd-etl read $(TAXI) reachable_from_zone_1
 	$(BIN)/dd-etl changes $(TAXI) trips_by_borough --from 3 --to 4
 	$(BIN)/dd-etl status $(TAXI)
 	$(BIN)/dd-etl verify $(TAXI)

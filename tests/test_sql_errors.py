@@ -63,15 +63,18 @@ def test_a_cte_is_a_table_inside_its_query(tables: dict[str, Collection]) -> Non
     assert "unknown column 'c.fare'" in str(e)
 
 
-def test_with_recursive_is_refused_until_iterate_exists(tables: dict[str, Collection]) -> None:
-    e = error(
+def test_recursive_ctes_must_be_linear(tables: dict[str, Collection]) -> None:
+    twice = error(
         tables,
-        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3)\n"
-        "SELECT n FROM r",
+        "WITH RECURSIVE r(id) AS (SELECT id FROM trips UNION\n"
+        "  SELECT a.id FROM r a JOIN r b ON a.id = b.id)\nSELECT id FROM r",
     )
-    assert "WITH RECURSIVE is not supported yet" in str(e)
-    assert '"WITH RECURSIVE r(n) AS (' in str(e)
-    assert e.line == 1
+    assert "the step of recursive CTE 'r' (after UNION) must read 'r' exactly once" in str(twice)
+    assert twice.line == 2
+    shape = error(
+        tables, "WITH RECURSIVE r(id) AS (SELECT id FROM trips EXCEPT SELECT id FROM r) TABLE r"
+    )
+    assert "recursive CTE 'r' must be `base UNION [ALL] step`" in str(shape)
 
 
 def test_parse_errors_have_a_position(tables: dict[str, Collection]) -> None:

@@ -7,8 +7,10 @@
 trips, corrects some fares (UPDATE) and deletes some trips (DELETE), as an
 upstream job would. ``zones`` is a directory of parquet files: the first epoch
 writes every zone; later epochs add a file that renames a zone's borough, with
-a ``diff`` column (-1 removes the old row, +1 adds the new one). Deterministic:
-the same epoch always writes the same changes.
+a ``diff`` column (-1 removes the old row, +1 adds the new one). ``links``, the
+one-way roads between zones, is a directory of parquet files too: the first
+epoch opens a set of roads, each later one closes a road and opens another.
+Deterministic: the same epoch always writes the same changes.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ TRIPS = pa.schema(
         ("pickup_date", pa.date32()),
     ]
 )
+LINK_SCHEMA = pa.schema([("from_zone", pa.int64()), ("to_zone", pa.int64()), ("diff", pa.int64())])
 ZONE_SCHEMA = pa.schema(
     [("zone_id", pa.int64()), ("zone_name", pa.string()), ("borough", pa.string()),
      ("diff", pa.int64())]
@@ -60,7 +63,39 @@ def zone_row(zone: int, borough: str, diff: int) -> dict[str, object]:
     return {"zone_id": zone, "zone_name": f"Zone {zone}", "borough": borough, "diff": diff}
 
 
+def links_at(epoch: int) -> set[tuple[int, int]]:
+    """The open roads after ``epoch``: replayed from the first epoch, so any
+    epoch can be generated on its own."""
+    rng = random.Random("links")
+    links: set[tuple[int, int]] = set()
+    while len(links) < ZONES + 4:
+        a, b = rng.randint(1, ZONES), rng.randint(1, ZONES)
+        if a != b:
+            links.add((a, b))
+    for _ in range(epoch):
+        links.discard(rng.choice(sorted(links)))
+        a, b = rng.randint(1, ZONES), rng.randint(1, ZONES)
+        if a != b:
+            links.add((a, b))
+    return links
+
+
+def write_links(root: Path, epoch: int) -> str:
+    before = links_at(epoch - 1) if epoch else set()
+    after = links_at(epoch)
+    rows = [{"from_zone": a, "to_zone": b, "diff": -1} for a, b in sorted(before - after)]
+    rows += [{"from_zone": a, "to_zone": b, "diff": 1} for a, b in sorted(after - before)]
+    (root / "links").mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(rows, LINK_SCHEMA)
+    pq.write_table(table, root / "links" / f"links-{epoch:03d}.parquet")
+    return f"links: {len(after - before)} opened, {len(before - after)} closed"
+
+
 def generate(root: Path, epoch: int, new_trips: int = 400) -> str:
+    return f"{_trips_and_zones(root, epoch, new_trips)}; {write_links(root, epoch)}"
+
+
+def _trips_and_zones(root: Path, epoch: int, new_trips: int) -> str:
     rng = random.Random(epoch)
     trips_path, zones_path = root / "trips", root / "zones"
     zones_path.mkdir(parents=True, exist_ok=True)

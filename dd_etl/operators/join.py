@@ -25,7 +25,7 @@ History = Callable[[DataFrame], DataFrame]
 before the interval for those keys: data columns plus ``_diff``."""
 
 
-def _keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
+def join_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
     """Distinct keys of ``df`` a join can match: without ``null_safe``, not NULL."""
     keys = df.select(*key)
     if not null_safe:
@@ -33,7 +33,7 @@ def _keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
     return keys.distinct()
 
 
-def _pair(
+def pair(
     left: DataFrame,
     right: DataFrame,
     lk: Sequence[str],
@@ -41,7 +41,9 @@ def _pair(
     right_columns: Sequence[str],
     left_columns: Sequence[str],
     null_safe: bool,
+    times: Sequence[str] = (TIME,),
 ) -> DataFrame:
+    """Matching pairs, each at the join (coordinate-wise max) of its two times."""
     lhs = left.alias("l")
     rhs = right.alias("r")
     pairs = zip(lk, rk, strict=True)
@@ -52,7 +54,7 @@ def _pair(
     return lhs.join(rhs, cond, "inner").select(
         *[F.col(f"l.{c}").alias(c) for c in left_columns],
         *[F.col(f"r.{c}").alias(c) for c in right_columns],
-        F.greatest(F.col(f"l.{TIME}"), F.col(f"r.{TIME}")).alias(TIME),
+        *[F.greatest(F.col(f"l.{t}"), F.col(f"r.{t}")).alias(t) for t in times],
         (F.col(f"l.{DIFF}") * F.col(f"r.{DIFF}")).alias(DIFF),
     )
 
@@ -70,9 +72,9 @@ def delta_join(
     null_safe: bool = False,
 ) -> DataFrame:
     hist_time = F.lit(history_time).cast("long")
-    h_right = right_history(_keys(d_left, lk, null_safe).toDF(*rk)).withColumn(TIME, hist_time)
-    h_left = left_history(_keys(d_right, rk, null_safe).toDF(*lk)).withColumn(TIME, hist_time)
+    h_right = right_history(join_keys(d_left, lk, null_safe).toDF(*rk)).withColumn(TIME, hist_time)
+    h_left = left_history(join_keys(d_right, rk, null_safe).toDF(*lk)).withColumn(TIME, hist_time)
     both = h_right.unionByName(d_right)
-    first = _pair(d_left, both, lk, rk, right_columns, left_columns, null_safe)
-    second = _pair(h_left, d_right, lk, rk, right_columns, left_columns, null_safe)
+    first = pair(d_left, both, lk, rk, right_columns, left_columns, null_safe)
+    second = pair(h_left, d_right, lk, rk, right_columns, left_columns, null_safe)
     return first.unionByName(second)

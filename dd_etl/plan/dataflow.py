@@ -26,6 +26,7 @@ from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import node_id
+from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
@@ -384,17 +385,29 @@ class Collection:
         fields = [self.node.schema[k] for k in key] + [StructField(name, LongType(), False)]
         return self._reduce(key, "count", StructType(fields), name)
 
-    def extreme(self, kind: Literal["min", "max"], key: Sequence[str], value: str) -> Collection:
+    def extreme(
+        self,
+        kind: Literal["min", "max"],
+        key: Sequence[str],
+        value: str,
+        *,
+        hierarchical: bool = True,
+    ) -> Collection:
         """MIN or MAX of ``value`` per key, ignoring NULLs, as a hierarchy of reductions.
 
         Each level reduces by ``(key, bucket)`` where the bucket is a prefix of the
         value's hash that shrinks by 8 bits per level, so no reduction ever sees
         more than a few hundred records of a group and retracting the current
-        extreme of a huge group touches a bounded number of records.
+        extreme of a huge group touches a bounded number of records. Groups known
+        to stay small (a node's in-edges in a graph loop) are cheaper reduced
+        in one level: ``hierarchical=False``.
         """
         key = tuple(key)
         fields = [*[self.node.schema[k] for k in key], self.node.schema[value]]
-        level = self.filter(F.col(value).isNotNull()).select(
+        present = self.filter(F.col(value).isNotNull())
+        if not hierarchical:
+            return present.select(*key, value)._reduce(key, kind, StructType(fields), value)
+        level = present.select(
             *key, value, __bucket=(F.xxhash64(value).bitwiseAND(0xFFFFFFFF)).cast("long")
         )
         for shift in HIERARCHY_SHIFTS:
@@ -416,6 +429,27 @@ class Collection:
             values=values,
         )
         return Collection(self.flow, node)
+
+    def iterate(
+        self,
+        body: Callable[[Collection], Collection],
+        *,
+        max_iterations: int = DEFAULT_ITERATION_LIMIT,
+    ) -> Collection:
+        """The fixed point of ``body`` starting from this collection: ``x0 = self``,
+        ``x(i+1) = body(x(i))``, until an iteration changes nothing.
+
+        ``body`` gets the loop variable and may use any operator on it and on
+        collections from outside (they enter the loop as they are). Maintained
+        with times ``(epoch, iteration)``, so a change of an input redoes only
+        the iterations, and the keys, it affects. An epoch that needs more than
+        ``max_iterations`` iterations fails with an error naming the view.
+
+            reach = roots.iterate(lambda r: r.concat(
+                r.join(edges, left_on=["node"], right_on=["src"]).select(node="dst")
+            ).distinct())
+        """
+        return build_iterate(self, body, max_iterations)
 
     def aggregate(self, by: Sequence[str], **aggregates: Aggregate) -> Collection:
         """SQL GROUP BY: one row per group present, with the named aggregates.

@@ -159,3 +159,32 @@ class View(Node):
     @property
     def trace_name(self) -> str:
         return f"views/{self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Variable(Node):
+    """The loop variable of an ``Iterate``: at iteration 0 the loop's initial
+    collection, at iteration ``i + 1`` the body's result at iteration ``i``."""
+
+
+@dataclass(frozen=True, eq=False)
+class Iterate(Node):
+    """A fixed point: ``variable`` fed back from ``result`` until nothing changes.
+
+    ``inputs`` are the collections from outside the loop the body reads (its
+    first is the initial collection); they enter the loop at iteration 0. The
+    nodes between ``variable`` and ``result`` run with times ``(epoch,
+    iteration)``; the result leaves the loop as the fixed point at each epoch.
+    """
+
+    variable: Variable | None = None
+    result: Node | None = None
+    limit: int = 0  # iterations an epoch may take before the loop counts as diverging
+
+    @property
+    def trace_name(self) -> str:
+        return f"iterations/{self.id}/result"
+
+    def inner_trace_name(self, node: Node) -> str:
+        """Where a node of the body keeps its product-time history."""
+        return f"iterations/{self.id}/{node.id}"

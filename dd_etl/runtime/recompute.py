@@ -19,7 +19,11 @@ from dd_etl.operators.accumulate import ROWS, contributions
 from dd_etl.operators.reduce import AT
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.runtime.runner import Runtime, reducer_for
+from dd_etl.plan.iteration import body_of
+from dd_etl.runtime.iteration import LoopDiverged
+from dd_etl.runtime.linear_rules import apply_linear
+from dd_etl.runtime.reducers import reducer_for
+from dd_etl.runtime.runner import Runtime
 from dd_etl.trace.columns import DIFF, TIME
 
 
@@ -40,19 +44,9 @@ def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
             return evaluate(ins[0])
         if isinstance(node, n.Constant):
             return runtime.flow.constant_updates(node).drop(TIME)
-        if isinstance(node, n.Select):
-            return linear.select(evaluate(ins[0]), node.exprs, dict(node.named))
-        if isinstance(node, n.Filter):
-            return linear.filter_(evaluate(ins[0]), node.predicate)
-        if isinstance(node, n.Explode):
-            keep = [c for c in ins[0].columns if c != node.alias]
-            return linear.explode(evaluate(ins[0]), node.column, node.alias, keep)
-        if isinstance(node, n.Concat):
-            return linear.concat([evaluate(i) for i in ins])
-        if isinstance(node, n.Negate):
-            return linear.negate(evaluate(ins[0]))
-        if isinstance(node, n.Consolidate):
-            return linear.consolidate(evaluate(ins[0]))
+        done = apply_linear(node, evaluate)
+        if done is not None:
+            return done
         if isinstance(node, n.Join):
             left = evaluate(ins[0]).alias("l")
             right = evaluate(ins[1]).alias("r")
@@ -87,7 +81,26 @@ def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
             updates = evaluate(ins[0]).withColumn(TIME, F.lit(0).cast("long"))
             state = contributions(updates, node.key, node.values).drop(TIME)
             return state.where(F.col(ROWS) > 0).withColumn(DIFF, F.lit(1).cast("long"))
+        if isinstance(node, n.Iterate):
+            return fixed_point(node)
+        if isinstance(node, n.Variable):
+            raise PlanError("a loop variable can only be read inside its loop's body")
         raise PlanError(f"no batch rule for operator {type(node).__name__}")
+
+    def fixed_point(loop: n.Iterate) -> DataFrame:
+        """Apply the body to the whole collection until it stops changing."""
+        assert loop.variable is not None and loop.result is not None
+        inner = [x.id for x in body_of(loop)]
+        x = linear.consolidate(evaluate(loop.inputs[0])).localCheckpoint(eager=True)
+        for _ in range(loop.limit):
+            for i in inner:
+                memo.pop(i, None)
+            memo[loop.variable.id] = x
+            after = linear.consolidate(evaluate(loop.result)).localCheckpoint(eager=True)
+            if linear.consolidate(after.unionByName(linear.negate(x))).isEmpty():
+                return x
+            x = after
+        raise LoopDiverged([view], at, loop.limit)
 
     if view not in runtime.flow.views:
         raise PlanError(f"unknown view {view!r}; views are {sorted(runtime.flow.views)}")

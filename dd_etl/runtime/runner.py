@@ -35,19 +35,13 @@ from dd_etl.operators import linear
 from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.delta_query import delta_query
 from dd_etl.operators.join import delta_join
-from dd_etl.operators.reduce import (
-    Reducer,
-    collapse,
-    counter,
-    delta_reduce,
-    distinct,
-    extreme,
-    pandas_reduce,
-    threshold,
-    top_k,
-)
+from dd_etl.operators.reduce import delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
+from dd_etl.plan.iteration import inner_traces
+from dd_etl.runtime.iteration import LoopRun, Round
+from dd_etl.runtime.linear_rules import apply_linear
+from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.errors import SinceViolation
@@ -76,6 +70,7 @@ class RunReport:
     lower: int
     upper: int
     views: dict[str, int] = field(default_factory=dict)  # change records this run wrote per view
+    rounds: list[Round] = field(default_factory=list)  # what each loop iteration processed
 
     @property
     def epochs(self) -> int:
@@ -114,6 +109,18 @@ class Runtime:
                 )
                 if PLAN_META not in trace.state.meta_map:
                     trace.annotate({PLAN_META: node.plan})
+            self._traces[name] = trace
+        return self._traces[name]
+
+    def loop_trace(self, loop: n.Iterate, node: n.Node) -> DeltaTrace:
+        """The product-time trace a node inside ``loop`` keeps its history in."""
+        name = loop.inner_trace_name(node)
+        if name not in self._traces:
+            uri = str(Path(self.flow.warehouse) / name)
+            key = self._trace_key(node)
+            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=2)
+            bottom = Antichain.minimum(2)
+            trace.register_reader(RUNTIME_READER, bottom, bottom)
             self._traces[name] = trace
         return self._traces[name]
 
@@ -184,14 +191,16 @@ class Runtime:
                 list(pool.map(interval.delta, layer))
             list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes()))
         report.views = {name: interval.written.get(v.id, 0) for name, v in self.flow.views.items()}
+        report.rounds = interval.rounds
         return report
 
     def dependants(self, views: Sequence[str]) -> list[str]:
         """``views`` and every view that reads one of them, directly or through others."""
         chosen = {self._view(v).id for v in views}
-        return [
-            name for name, v in self.flow.views.items() if chosen & {x.id for x in upstream([v])}
-        ]
+        return [name for name in self.flow.views if chosen & {x.id for x in self.upstream_of(name)}]
+
+    def upstream_of(self, view: str) -> list[n.Node]:
+        return upstream([self._view(view)])
 
     def rebuild(self, views: Sequence[str]) -> list[str]:
         """Discard the results of ``views`` and of the views that read them, so the next
@@ -241,6 +250,12 @@ class Runtime:
         trace = self.trace(node)
         hold = Antichain.from_epoch(upper - 1)
         trace.downgrade_reader(RUNTIME_READER, hold, hold)
+        if isinstance(node, n.Iterate):
+            inner_hold = Antichain.of((upper - 1, 0))
+            for inner in inner_traces(node):
+                self.loop_trace(node, inner).downgrade_reader(
+                    RUNTIME_READER, inner_hold, inner_hold
+                )
         if isinstance(node, n.View) and self.retain_epochs is not None:
             keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
             current = trace.state.hold_map[RETENTION_READER].logical
@@ -292,23 +307,6 @@ def upstream(roots: Sequence[n.Node]) -> list[n.Node]:
     return list(seen.values())
 
 
-def reducer_for(node: n.Reduce) -> Reducer:
-    if node.kind == "distinct":
-        return distinct
-    if node.kind == "count":
-        return counter(node.column)
-    if node.kind == "top_k":
-        return top_k(node.order, node.limit)
-    if node.kind == "threshold":
-        return threshold(node.multiplicity)
-    if node.kind == "collapse":
-        return collapse
-    if node.kind == "general":
-        assert node.function is not None
-        return pandas_reduce(node.function, node.schema)
-    return extreme(node.kind, node.column)
-
-
 class _Interval:
     """The changes of every node for one run's interval ``[lower, upper)``."""
 
@@ -318,6 +316,7 @@ class _Interval:
         self.upper = upper
         self._deltas: dict[str, DataFrame] = {}
         self.written: dict[str, int] = {}  # records appended per node by this run
+        self.rounds: list[Round] = []
 
     def delta(self, node: n.Node) -> DataFrame:
         if node.id not in self._deltas:
@@ -357,19 +356,9 @@ class _Interval:
             if self.lower > 0:
                 return self.rt.flow.empty_updates(node.schema)
             return self.rt.flow.constant_updates(node)
-        if isinstance(node, n.Select):
-            return linear.select(self.delta(ins[0]), node.exprs, dict(node.named))
-        if isinstance(node, n.Filter):
-            return linear.filter_(self.delta(ins[0]), node.predicate)
-        if isinstance(node, n.Explode):
-            keep = [c for c in ins[0].columns if c != node.alias]
-            return linear.explode(self.delta(ins[0]), node.column, node.alias, keep)
-        if isinstance(node, n.Concat):
-            return linear.concat([self.delta(i) for i in ins])
-        if isinstance(node, n.Negate):
-            return linear.negate(self.delta(ins[0]))
-        if isinstance(node, n.Consolidate):
-            return linear.consolidate(self.delta(ins[0]))
+        done = apply_linear(node, self.delta)
+        if done is not None:
+            return done
         if isinstance(node, n.Arrange | n.View):
             return self._from_trace(node, lambda: self.delta(ins[0]))
         if isinstance(node, n.Join):
@@ -418,4 +407,15 @@ class _Interval:
                     self.lower - 1,
                 ),
             )
+        if isinstance(node, n.Iterate):
+            return self._from_trace(node, lambda: self._iterate(node))
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
+
+    def _iterate(self, loop: n.Iterate) -> DataFrame:
+        start = epoch_of(self.rt.trace(loop).state.upper)
+        views = [v for v in self.rt.flow.views if loop.id in {x.id for x in self.rt.upstream_of(v)}]
+        run = LoopRun(self.rt, loop, self.delta, views)
+        try:
+            return run.run(start, self.upper)
+        finally:
+            self.rounds.extend(run.rounds)

@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from dd_etl.plan.dataflow import Collection, Dataflow
 from dd_etl.plan.sql.errors import Located
-from dd_etl.plan.sql.frontend import catalog, check_tables, parse, refuse_recursion, resolve
+from dd_etl.plan.sql.frontend import catalog, check_tables, parse, resolve
 from dd_etl.plan.sql.relational import Compiler
 
 
@@ -32,7 +32,6 @@ def compile_view(
     """
     loc = Located(name, sql, dialect)
     tree = parse(sql, dialect, loc)
-    refuse_recursion(tree, loc)
     known = catalog(tables)
     check_tables(tree, known, loc)
     tree = resolve(tree, known, dialect, loc)

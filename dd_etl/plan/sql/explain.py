@@ -13,6 +13,7 @@ from pyspark.sql import Column
 
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Collection
+from dd_etl.plan.iteration import body_of
 from dd_etl.plan.sql.joins import CROSS_KEY
 
 MAX_TEXT = 90
@@ -75,6 +76,10 @@ def describe(node: n.Node) -> str:
         return f"reduce {node.kind}{detail} per {_cols(node.key)}"
     if isinstance(node, n.Accumulate):
         return f"accumulate count/sum of {_cols(node.values)} per {_cols(node.key)}"
+    if isinstance(node, n.Iterate):
+        return f"iterate to a fixed point (at most {node.limit} iterations per epoch)"
+    if isinstance(node, n.Variable):
+        return "loop variable: the first input, then each iteration's result"
     return type(node).__name__.lower()
 
 
@@ -94,7 +99,9 @@ def explain(view: Collection) -> str:
     lines: list[str] = []
     seen: dict[str, int] = {}
 
-    def visit(node: n.Node, prefix: str, tail: bool, top: bool) -> None:
+    def visit(
+        node: n.Node, prefix: str, tail: bool, top: bool, loop: n.Iterate | None = None
+    ) -> None:
         branch = "" if top else ("└─ " if tail else "├─ ")
         text = describe(node)
         if node.id in seen:
@@ -102,15 +109,24 @@ def explain(view: Collection) -> str:
             return
         seen[node.id] = len(seen) + 1
         notes = [f"#{seen[node.id]}"]
+        inner = loop is not None and node.id in {x.id for x in body_of(loop)}
         if node.trace_name is not None:
-            notes.append(f"trace {node.trace_name} key {_cols(trace_key(node))}")
+            name = loop.inner_trace_name(node) if loop is not None and inner else node.trace_name
+            notes.append(f"trace {name} key {_cols(trace_key(node))}")
         why = warning(node)
         if why:
             notes.append(f"[not incremental: {why}]")
         lines.append(f"{prefix}{branch}{text}  " + "  ".join(notes))
         child = prefix + ("" if top else ("   " if tail else "│  "))
-        for i, sub in enumerate(node.inputs):
-            visit(sub, child, i == len(node.inputs) - 1, False)
+        subs = node.inputs
+        if isinstance(node, n.Iterate):
+            assert node.result is not None
+            subs = (node.result, *node.inputs)  # the body first, then what enters it
+            loop = node
+        elif not inner:
+            loop = None
+        for i, sub in enumerate(subs):
+            visit(sub, child, i == len(subs) - 1, False, loop)
 
     visit(view.node, "", True, True)
     return "\n".join(lines)

@@ -64,14 +64,6 @@ def parse(sql: str, dialect: str, loc: Located) -> exp.Expr:
     return statements[0]
 
 
-def refuse_recursion(tree: exp.Expr, loc: Located) -> None:
-    for with_ in tree.find_all(exp.With):
-        if with_.args.get("recursive"):
-            raise loc.error(
-                "WITH RECURSIVE is not supported yet (it needs the iterate operator)", with_
-            )
-
-
 def check_tables(tree: exp.Expr, tables: Mapping[str, Table], loc: Located) -> None:
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):

@@ -31,6 +31,7 @@ from dd_etl.plan.sql.errors import Located, SqlError
 from dd_etl.plan.sql.frontend import Table
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
 from dd_etl.plan.sql.joins import How, conjuncts, join
+from dd_etl.plan.sql.recursion import reads, recursive_cte
 from dd_etl.plan.sql.relation import Output, Rel
 from dd_etl.plan.sql.scope import Names, Scope, references, subqueries_of, translate
 from dd_etl.plan.sql.subqueries import Subqueries
@@ -75,7 +76,11 @@ class Compiler:
             return ctes
         scope = dict(ctes)
         for cte in with_.expressions:
-            scope[cte.alias_or_name] = self.query(cte.this, scope)
+            name = cte.alias_or_name
+            if with_.args.get("recursive") and reads(cte.this, name):
+                scope[name] = recursive_cte(self, cte, scope)
+            else:
+                scope[name] = self.query(cte.this, scope)
         return scope
 
     # ------------------------------------------------------------------- FROM

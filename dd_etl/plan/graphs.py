@@ -1,0 +1,126 @@
+"""Graph algorithms as loops over collections of edges.
+
+Each is one ``iterate``: a change to the edges or the roots redoes only the
+iterations and nodes it affects. Edges are rows ``(src, dst)`` (plus ``weight``
+for shortest paths); node ids may be of any type Spark can compare.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from dd_etl.plan.dataflow import Collection, PlanError
+from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT
+
+
+def reachable(
+    roots: Collection,
+    edges: Collection,
+    *,
+    node: str = "node",
+    src: str = "src",
+    dst: str = "dst",
+    max_iterations: int = DEFAULT_ITERATION_LIMIT,
+) -> Collection:
+    """The nodes reachable from ``roots`` (roots included), as ``(node)``."""
+    _require(roots, [node], "roots")
+    _require(edges, [src, dst], "edges")
+    start = roots.select(node).distinct()
+    arcs = edges.select(F.col(src).alias("__src"), F.col(dst).alias("__dst"))
+
+    def step(reached: Collection) -> Collection:
+        nxt = reached.join(arcs, left_on=[node], right_on=["__src"]).select(
+            F.col("__dst").alias(node)
+        )
+        return start.concat(nxt).distinct()
+
+    return start.iterate(step, max_iterations=max_iterations)
+
+
+def bfs(
+    roots: Collection,
+    edges: Collection,
+    *,
+    node: str = "node",
+    src: str = "src",
+    dst: str = "dst",
+    max_iterations: int = DEFAULT_ITERATION_LIMIT,
+) -> Collection:
+    """Hop distances from the nearest root, as ``(node, dist)``; unreachable nodes
+    are absent. Differential dataflow's running example."""
+    _require(edges, [src, dst], "edges")
+    return _distances(roots, edges, F.lit(1).cast("long"), node, src, dst, max_iterations)
+
+
+def shortest_paths(
+    roots: Collection,
+    edges: Collection,
+    *,
+    node: str = "node",
+    src: str = "src",
+    dst: str = "dst",
+    weight: str = "weight",
+    max_iterations: int = DEFAULT_ITERATION_LIMIT,
+) -> Collection:
+    """Least total ``weight`` from the nearest root, as ``(node, dist)`` (Bellman-Ford
+    rounds). Weights must be non-negative: a negative cycle never converges and
+    fails at ``max_iterations``."""
+    _require(edges, [src, dst, weight], "edges")
+    return _distances(roots, edges, F.col(weight), node, src, dst, max_iterations)
+
+
+def _distances(
+    roots: Collection,
+    edges: Collection,
+    length: Column,
+    node: str,
+    src: str,
+    dst: str,
+    max_iterations: int,
+) -> Collection:
+    """The least sum of edge ``length`` from a root: a loop that extends every
+    distance by one edge and keeps the least per node."""
+    _require(roots, [node], "roots")
+    arcs = edges.select(F.col(src).alias("__src"), F.col(dst).alias("__dst"), length.alias("__len"))
+    kind = arcs.node.schema["__len"].dataType
+    start = roots.select(node, dist=F.lit(0).cast(kind)).distinct()
+
+    def step(dists: Collection) -> Collection:
+        nxt = dists.join(arcs, left_on=[node], right_on=["__src"]).select(
+            F.col("__dst").alias(node), (F.col("dist") + F.col("__len")).cast(kind).alias("dist")
+        )
+        return start.concat(nxt).extreme("min", [node], "dist", hierarchical=False)
+
+    return start.iterate(step, max_iterations=max_iterations)
+
+
+def connected_components(
+    edges: Collection,
+    *,
+    src: str = "src",
+    dst: str = "dst",
+    node: str = "node",
+    max_iterations: int = DEFAULT_ITERATION_LIMIT,
+) -> Collection:
+    """Components of the graph with edges taken both ways, by label propagation:
+    ``(node, component)`` where ``component`` is the least node id in it."""
+    _require(edges, [src, dst], "edges")
+    forward = edges.select(F.col(src).alias("__src"), F.col(dst).alias("__dst"))
+    backward = edges.select(F.col(dst).alias("__src"), F.col(src).alias("__dst"))
+    arcs = forward.concat(backward)
+    start = arcs.select(F.col("__src").alias(node), F.col("__src").alias("component")).distinct()
+
+    def step(labels: Collection) -> Collection:
+        nxt = labels.join(arcs, left_on=[node], right_on=["__src"]).select(
+            F.col("__dst").alias(node), "component"
+        )
+        return start.concat(nxt).extreme("min", [node], "component", hierarchical=False)
+
+    return start.iterate(step, max_iterations=max_iterations)
+
+
+def _require(c: Collection, columns: list[str], what: str) -> None:
+    missing = [x for x in columns if x not in c.columns]
+    if missing:
+        raise PlanError(f"{what}: no columns {missing}; its columns are {c.columns}")

@@ -1,0 +1,84 @@
+"""``WITH RECURSIVE``: a recursive CTE is a loop (``Collection.iterate``).
+
+    WITH RECURSIVE reach(node) AS (
+        SELECT node FROM roots                       -- the base
+        UNION
+        SELECT e.dst FROM reach r JOIN edges e ON r.node = e.src   -- the step
+    )
+
+With ``UNION`` the CTE is the least set ``R = DISTINCT(base ∪ step(R))``; with
+``UNION ALL`` the bag ``R = base ⊎ step(R)``, which is what evaluating the
+step on each new batch of rows adds up to, as the step reads ``R`` once
+(linear recursion, as the SQL standard requires). Both are fixed points the
+loop reaches from ``base``, and maintains under changes of every table.
+Column types are the base's, as in SQL.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from dd_etl.plan.dataflow import Collection
+from dd_etl.plan.sql.relation import Output
+
+if TYPE_CHECKING:
+    from dd_etl.plan.sql.relational import Compiler, Ctes
+
+
+def reads(node: exp.Expr, name: str) -> int:
+    """How often ``node`` reads the table ``name``."""
+    return sum(1 for t in node.find_all(exp.Table) if t.name.lower() == name.lower())
+
+
+def recursive_cte(compiler: Compiler, cte: exp.CTE, scope: Ctes) -> Output:
+    loc = compiler.loc
+    name = cte.alias_or_name
+    body = cte.this
+    if not isinstance(body, exp.Union) or body.args.get("order") or body.args.get("limit"):
+        raise loc.error(
+            f"recursive CTE '{name}' must be `base UNION [ALL] step`, without ORDER BY or LIMIT",
+            cte,
+        )
+    base, step = body.left, body.right
+    if reads(base, name):
+        raise loc.error(f"the base of recursive CTE '{name}' (before UNION) reads '{name}'", base)
+    if reads(step, name) != 1:
+        raise loc.error(
+            f"the step of recursive CTE '{name}' (after UNION) must read '{name}' exactly once",
+            step,
+        )
+    distinct = bool(body.args.get("distinct"))
+    start = compiler.query(base, scope)
+    names = [c.name for c in cte.args["alias"].columns] if cte.args.get("alias") else []
+    names = names or start.names
+    if len(names) != len(start.names):
+        raise loc.error(
+            f"recursive CTE '{name}' names {len(names)} columns but its base has "
+            f"{len(start.names)}",
+            cte,
+        )
+    initial = start.coll.distinct() if distinct else start.coll
+    fields = initial.node.schema.fields
+
+    def loop(current: Collection) -> Collection:
+        inner = {**scope, name: Output(current, names)}
+        out = compiler.query(step, inner)
+        if len(out.names) != len(names):
+            raise loc.error(
+                f"the step of recursive CTE '{name}' has {len(out.names)} columns, "
+                f"its base {len(names)}",
+                step,
+            )
+        typed = out.coll.select(
+            *[
+                F.col(c).cast(f.dataType).alias(f.name)
+                for c, f in zip(out.coll.columns, fields, strict=True)
+            ]
+        )
+        both = start.coll.concat(typed)
+        return both.distinct() if distinct else both
+
+    return Output(initial.iterate(loop), names)
