@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_trace_spine.py
 	$(BIN)/python bench/bench_min_retraction.py
 	$(BIN)/python bench/bench_incremental.py
+	$(BIN)/python bench/bench_bfs.py
 
 clean:
 	rm -rf $(VENV) traces/demo traces/taxi assets/taxi/data assets/taxi/out .pytest_cache .mypy_cache .ruff_cache .hypothesis

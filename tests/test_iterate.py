@@ -4,7 +4,11 @@ compaction, and loops that cannot work fail clearly."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from dd_etl.runtime.iteration import LoopDiverged
 from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.maintenance import maintain
 from dd_etl.trace.spark_files import read_files
+from tests import loop_workload
 
 pytestmark = pytest.mark.spark
 
@@ -39,6 +44,7 @@ EDGES = StructType(
 )
 ROOTS = StructType([StructField("node", LongType())])
 NODES = 14
+ROOT = Path(__file__).resolve().parent.parent
 
 Edge = tuple[int, int, int]
 
@@ -131,6 +137,9 @@ RECURSIVE_SQL = {
     "walks_sql": "WITH RECURSIVE walk(node, hops) AS (SELECT node, 0 FROM roots UNION ALL "
     "SELECT e.dst, w.hops + 1 FROM walk w JOIN edges e ON w.node = e.src WHERE w.hops < 3) "
     "SELECT node, hops, COUNT(*) AS walks FROM walk GROUP BY node, hops",
+    # an INT base and a BIGINT step: the column is BIGINT
+    "from_zero_sql": "WITH RECURSIVE r(node) AS (SELECT 0 UNION "
+    "SELECT e.dst FROM r JOIN edges e ON r.node = e.src) SELECT node FROM r",
     "counter_sql": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5) "
     "SELECT n FROM r",
 }
@@ -239,6 +248,35 @@ def test_loop_history_is_compacted_across_epochs(spark: SparkSession, tmp_path: 
         after = Counter(tuple(r) for r in trace.read_at((6, 50)).collect())
         assert after == before[node.id]
     assert sorted(tuple(r) for r in rt.read("hops").collect()) == [(0, 0), (1, 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failpoint", ["loop.epoch_appended=3"])
+def test_a_run_killed_inside_a_loop_recovers(
+    spark: SparkSession, tmp_path: Path, failpoint: str
+) -> None:
+    """Killed in the second run, after the loop's inner traces took epoch 2 but
+    before its result did: the next run redoes the epoch from history that
+    excludes it, and the inner appends are no-ops."""
+    env = {**os.environ, "DD_ETL_FAILPOINTS": failpoint, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.loop_workload", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
+    rt = loop_workload.run(spark, tmp_path)
+    want = [
+        {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 2},
+        {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 2},
+        {0: 0},
+        {0: 0, 1: 1, 2: 2, 3: 3, 4: 1, 5: 2},
+    ]
+    for epoch, hops in enumerate(want):
+        assert dict(tuple(r) for r in rt.read("hops", epoch).collect()) == hops, epoch
 
 
 def test_a_loop_that_does_not_converge_names_the_view(spark: SparkSession, tmp_path: Path) -> None:

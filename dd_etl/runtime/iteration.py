@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.operators import linear
 from dd_etl.operators.iterative import ITER, loop_join, loop_reduce
@@ -100,6 +102,8 @@ class LoopRun:
     def run(self, start: int, upper: int) -> DataFrame:
         """The loop's output changes at epochs ``[start, upper)``, its inner traces
         appended up to ``upper``."""
+        for node in self.traced:  # maintenance elsewhere may have merged batches
+            self.rt.loop_trace(self.loop, node).reload()
         outputs = [self._epoch(e) for e in range(start, upper)]
         return functools.reduce(DataFrame.unionByName, outputs)
 
@@ -127,9 +131,14 @@ class LoopRun:
                 if i > self.loop.limit:
                     raise LoopDiverged(self.views, e, self.loop.limit)
         lower, upper = Antichain.of((e, 0)), Antichain.of((e + 1, 0))
-        for node in self.traced:
+
+        def append(node: n.Node) -> bool:
             updates = st.staged(node).withColumn(TIME, F.lit(e).cast("long"))
-            self.rt.loop_trace(self.loop, node).compare_and_append(updates, lower, upper)
+            return self.rt.loop_trace(self.loop, node).compare_and_append(updates, lower, upper)
+
+        with ThreadPoolExecutor(max_workers=len(self.traced) or 1) as pool:
+            list(pool.map(append, self.traced))  # separate traces: commit side by side
+        failpoint("loop.epoch_appended")
         # Everything the result ever emitted this epoch, summed over iterations, is
         # what the variable received (shifted by one) plus its start, which cancels.
         leave = st.staged(self.variable).drop(ITER)

@@ -39,7 +39,9 @@ def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
     def _evaluate(node: n.Node) -> DataFrame:
         ins = node.inputs
         if isinstance(node, n.Source):
-            return runtime.trace(node).read_at((at,))
+            trace = runtime.trace(node)
+            trace.reload()  # maintenance elsewhere may have merged (and vacuumed) batches
+            return trace.read_at((at,))
         if isinstance(node, n.Arrange | n.View):
             return evaluate(ins[0])
         if isinstance(node, n.Constant):

@@ -6,12 +6,12 @@
         SELECT e.dst FROM reach r JOIN edges e ON r.node = e.src   -- the step
     )
 
-With ``UNION`` the CTE is the least set ``R = DISTINCT(base ∪ step(R))``; with
-``UNION ALL`` the bag ``R = base ⊎ step(R)``, which is what evaluating the
+With ``UNION`` the CTE is the least set ``R = DISTINCT(base + step(R))``; with
+``UNION ALL`` the bag ``R = base + step(R)``, which is what evaluating the
 step on each new batch of rows adds up to, as the step reads ``R`` once
 (linear recursion, as the SQL standard requires). Both are fixed points the
 loop reaches from ``base``, and maintains under changes of every table.
-Column types are the base's, as in SQL.
+Each column takes the type both parts fit in, as UNION does.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 from sqlglot import exp
 
 from dd_etl.plan.dataflow import Collection
+from dd_etl.plan.sql.coercion import common_type
 from dd_etl.plan.sql.relation import Output
 
 if TYPE_CHECKING:
@@ -60,25 +62,45 @@ def recursive_cte(compiler: Compiler, cte: exp.CTE, scope: Ctes) -> Output:
             f"{len(start.names)}",
             cte,
         )
-    initial = start.coll.distinct() if distinct else start.coll
-    fields = initial.node.schema.fields
+    base_types = [f.dataType for f in start.coll.node.schema.fields]
+    step_types: list[DataType] = []
 
-    def loop(current: Collection) -> Collection:
-        inner = {**scope, name: Output(current, names)}
-        out = compiler.query(step, inner)
-        if len(out.names) != len(names):
+    def build(types: list[DataType]) -> Collection:
+        base = _cast(start.coll, start.coll.columns, types)
+
+        def loop(current: Collection) -> Collection:
+            out = compiler.query(step, {**scope, name: Output(current, names)})
+            if len(out.names) != len(names):
+                raise loc.error(
+                    f"the step of recursive CTE '{name}' has {len(out.names)} columns, "
+                    f"its base {len(names)}",
+                    step,
+                )
+            step_types[:] = [f.dataType for f in out.coll.node.schema.fields]
+            both = base.concat(_cast(out.coll, base.columns, types))
+            return both.distinct() if distinct else both
+
+        return (base.distinct() if distinct else base).iterate(loop)
+
+    coll = build(base_types)
+    # The columns take the type both parts fit in (an INT base, a BIGINT step: BIGINT).
+    wider = [common_type(a, b) for a, b in zip(base_types, step_types, strict=True)]
+    for column, (a, b, w) in enumerate(zip(base_types, step_types, wider, strict=True)):
+        if w is None:
             raise loc.error(
-                f"the step of recursive CTE '{name}' has {len(out.names)} columns, "
-                f"its base {len(names)}",
-                step,
+                f"recursive CTE '{name}' column '{names[column]}' is {a.simpleString()} in "
+                f"its base and {b.simpleString()} in its step",
+                cte,
             )
-        typed = out.coll.select(
-            *[
-                F.col(c).cast(f.dataType).alias(f.name)
-                for c, f in zip(out.coll.columns, fields, strict=True)
-            ]
-        )
-        both = start.coll.concat(typed)
-        return both.distinct() if distinct else both
+    if wider != base_types:
+        coll = build([w for w in wider if w is not None])
+    return Output(coll, names)
 
-    return Output(initial.iterate(loop), names)
+
+def _cast(coll: Collection, columns: list[str], types: list[DataType]) -> Collection:
+    fields = coll.node.schema.fields
+    if [f.dataType for f in fields] == types and coll.columns == columns:
+        return coll
+    return coll.select(
+        *[F.col(f.name).cast(t).alias(c) for f, c, t in zip(fields, columns, types, strict=True)]
+    )

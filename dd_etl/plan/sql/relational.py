@@ -14,11 +14,6 @@ from collections.abc import Mapping
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    FractionalType,
-    IntegralType,
     LongType,
     NullType,
     StructField,
@@ -27,6 +22,7 @@ from pyspark.sql.types import (
 from sqlglot import exp
 
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
+from dd_etl.plan.sql.coercion import common_type
 from dd_etl.plan.sql.errors import Located, SqlError
 from dd_etl.plan.sql.frontend import Table
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
@@ -363,7 +359,7 @@ class Compiler:
         lf, rf = left.coll.node.schema.fields, right.coll.node.schema.fields
         types: list[DataType] = []
         for a, b in zip(lf, rf, strict=True):
-            common = _common(a.dataType, b.dataType)
+            common = common_type(a.dataType, b.dataType)
             if common is None:
                 raise self.loc.error(
                     f"{node.key.upper()} column '{left.names[len(types)]}' is "
@@ -390,22 +386,3 @@ def _first_line(e: Exception) -> str:
 
 def _typed(t: DataType) -> DataType:
     return LongType() if isinstance(t, NullType) else t
-
-
-def _common(a: DataType, b: DataType) -> DataType | None:
-    if a == b:
-        return a
-    if isinstance(a, NullType):
-        return b
-    if isinstance(b, NullType):
-        return a
-    numeric = (IntegralType, FractionalType)
-    if isinstance(a, numeric) and isinstance(b, numeric):
-        if isinstance(a, DecimalType) and isinstance(b, DecimalType | IntegralType):
-            return a if isinstance(b, IntegralType) else None
-        if isinstance(a, FractionalType | DecimalType) or isinstance(b, FractionalType):
-            return (
-                DoubleType() if not isinstance(a, FloatType) or not isinstance(b, FloatType) else a
-            )
-        return LongType()
-    return None
