@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from dd_etl.cli import DEBUG, app
+
+if TYPE_CHECKING:
+    from dd_etl.pipeline.tick import Progress as TickProgress
 
 T = TypeVar("T")
 # Not a terminal (a pipe, a file): wide enough that tables keep whole names.
@@ -74,8 +77,9 @@ def _open(file: Path) -> Any:
 
 
 @contextmanager
-def _steps() -> Iterator[Callable[[str, str], None]]:
-    """A progress line per step of a tick (sources, run, sinks), on standard error."""
+def _steps() -> Iterator[TickProgress]:
+    """A progress bar per step of a tick (sources, run, each view, sinks), on
+    standard error."""
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -85,11 +89,11 @@ def _steps() -> Iterator[Callable[[str, str], None]]:
     ) as progress:
         tasks: dict[str, Any] = {}
 
-        def report(step: str, detail: str) -> None:
+        def report(step: str, detail: str, done: float = 1.0) -> None:
             if step not in tasks:
                 tasks[step] = progress.add_task(step, total=1)
-            else:
-                progress.update(tasks[step], completed=1, description=f"{step}: {detail}")
+            described = f"{step}: {detail}" if detail else step
+            progress.update(tasks[step], completed=done, description=described)
 
         yield report
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from dd_etl.spark import session
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(app_name: str, workload: Callable[[SparkSession], object]) -> None:
@@ -21,3 +26,18 @@ def main(app_name: str, workload: Callable[[SparkSession], object]) -> None:
     print("ready", flush=True)
     workload(spark)
     print("done", flush=True)
+
+
+def run_workload(
+    module: str, argument: str | Path, failpoint: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module argument`` with ``failpoint`` armed (it kills itself there)."""
+    env = {**os.environ, "DD_ETL_FAILPOINTS": failpoint, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", module, str(argument)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

@@ -4,11 +4,8 @@ compaction, and loops that cannot work fail clearly."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -32,6 +29,7 @@ from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.maintenance import maintain
 from dd_etl.trace.spark_files import read_files
 from tests import loop_workload
+from tests.child_process import run_workload
 
 pytestmark = pytest.mark.spark
 
@@ -44,7 +42,6 @@ EDGES = StructType(
 )
 ROOTS = StructType([StructField("node", LongType())])
 NODES = 14
-ROOT = Path(__file__).resolve().parent.parent
 
 Edge = tuple[int, int, int]
 
@@ -258,15 +255,7 @@ def test_a_run_killed_inside_a_loop_recovers(
     """Killed in the second run, after the loop's inner traces took epoch 2 but
     before its result did: the next run redoes the epoch from history that
     excludes it, and the inner appends are no-ops."""
-    env = {**os.environ, "DD_ETL_FAILPOINTS": failpoint, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.loop_workload", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_workload("tests.loop_workload", tmp_path, failpoint)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
     rt = loop_workload.run(spark, tmp_path)
     want = [

@@ -3,22 +3,18 @@ of an uninterrupted run."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.child_process import run_workload
 from tests.runtime_workload import EPOCHS, VIEWS, run
 from tests.test_runtime_equivalence import hashable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +37,7 @@ def test_a_killed_run_recovers_to_the_uninterrupted_result(
     failpoint: str,
     uninterrupted: dict[str, list[Counter[tuple[object, ...]]]],
 ) -> None:
-    env = {**os.environ, "DD_ETL_FAILPOINTS": failpoint, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.runtime_workload", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_workload("tests.runtime_workload", tmp_path, failpoint)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
     rt = run(spark, tmp_path)
     for v in VIEWS:

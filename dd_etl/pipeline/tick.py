@@ -17,9 +17,11 @@ clean run. Nothing here knows about the CLI: Dagster assets call the same code.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -29,12 +31,16 @@ from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.errors import PipelineError, SourceError
 from dd_etl.pipeline.ticks import TickRecord, last_tick, record_tick
+from dd_etl.plan import nodes as n
 from dd_etl.runtime.runner import epoch_of
 from dd_etl.sources.base import encode_position, read_position
 
-Progress = Callable[[str, str], None]
-"""``progress(step, detail)``: told when a step starts (``source:trips``, ``run``,
-``sink:fares``) and what it did."""
+
+class Progress(Protocol):
+    """Told when a step (``source:trips``, ``run``, ``view:fares``, ``sink:fares``)
+    starts (``done=0``), how far it got and what it did (``done=1``: finished)."""
+
+    def __call__(self, step: str, detail: str, done: float = 1.0) -> None: ...
 
 
 @dataclass
@@ -47,7 +53,7 @@ class TickReport:
     seconds: float = 0.0
 
 
-def _quiet(step: str, detail: str) -> None:
+def _quiet(step: str, detail: str, done: float = 1.0) -> None:
     pass
 
 
@@ -70,19 +76,19 @@ def run_tick(pipeline: Pipeline, progress: Progress = _quiet) -> TickReport:
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed)
     for name in pipeline.flow.sources:
-        progress(f"source:{name}", "")
+        progress(f"source:{name}", "", 0.0)
         report.sources[name] = ingest(pipeline, name, epoch)
         progress(f"source:{name}", report.sources[name])
     failpoint("tick.sources_appended")
-    progress("run", "")
-    run = rt.run()
+    progress("run", "", 0.0)
+    run = rt.run(_per_view(pipeline, progress))
     report.views = dict(run.views)
     progress("run", f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date")
     for view in pipeline.flow.views:
         changed = may_have_changed(pipeline, view, epoch)
         table = pipeline.materialized(view)
         if table is not None:
-            progress(f"sink:{view}", "")
+            progress(f"sink:{view}", "", 0.0)
             wrote = table.sync(epoch, changed=changed)
             report.sinks[f"{view} (materialized)"] = "committed" if wrote else "already there"
             progress(f"sink:{view}", report.sinks[f"{view} (materialized)"])
@@ -97,6 +103,30 @@ def run_tick(pipeline: Pipeline, progress: Progress = _quiet) -> TickReport:
         TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
     )
     return report
+
+
+def _per_view(pipeline: Pipeline, progress: Progress) -> Callable[[n.Node], None]:
+    """A callback for each trace the run brings up to date, reported as the share of
+    each view's traces done (traces shared by views count for each)."""
+    rt = pipeline.runtime
+    traces = {
+        view: {x.id for x in rt.upstream_of(view) if x.trace_name and x.inputs}
+        for view in pipeline.flow.views
+    }
+    done = dict.fromkeys(traces, 0)
+    lock = threading.Lock()
+    for view in traces:
+        progress(f"view:{view}", "", 0.0)
+
+    def finished(node: n.Node) -> None:
+        with lock:
+            for view, ids in traces.items():
+                if node.id in ids:
+                    done[view] += 1
+                    share = done[view] / len(ids)
+                    progress(f"view:{view}", f"{done[view]}/{len(ids)} traces", share)
+
+    return finished
 
 
 def may_have_changed(pipeline: Pipeline, view: str, epoch: int) -> bool:

@@ -177,7 +177,8 @@ class Runtime:
             if built is not None and built != view.plan:
                 raise PlanChanged(name, built, view.plan)
 
-    def run(self) -> RunReport:
+    def run(self, on_trace: Callable[[n.Node], None] | None = None) -> RunReport:
+        """Bring every view up to date; ``on_trace(node)`` hears of each trace done."""
         self.check_plans()
         lower, upper = self.pending()
         report = RunReport(lower, upper)
@@ -187,8 +188,13 @@ class Runtime:
         with ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
             # Traces of one depth depend only on shallower ones: write them side by
             # side, so Spark overlaps their small jobs instead of running one at a time.
+            def bring(node: n.Node) -> None:
+                interval.delta(node)
+                if on_trace is not None:
+                    on_trace(node)
+
             for layer in self.layers():
-                list(pool.map(interval.delta, layer))
+                list(pool.map(bring, layer))
             list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes()))
         report.views = {name: interval.written.get(v.id, 0) for name, v in self.flow.views.items()}
         report.rounds = interval.rounds
@@ -340,11 +346,14 @@ class _Interval:
         df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
         return df.select(*node.columns, TIME, DIFF)
 
-    def history(self, node: n.Node) -> Callable[[DataFrame], DataFrame]:
+    def history(self, node: n.Node, before: int | None = None) -> Callable[[DataFrame], DataFrame]:
+        """The node's trace accumulated before epoch ``before`` (default: the run's lower)."""
+        at = (self.lower if before is None else before) - 1
+
         def read(keys: DataFrame) -> DataFrame:
-            if self.lower == 0:
+            if at < 0:
                 return self.rt.flow.empty_updates(node.schema).drop(TIME)
-            return self.rt.trace(node).read_at((self.lower - 1,), keys=keys)
+            return self.rt.trace(node).read_at((at,), keys=keys)
 
         return read
 
@@ -387,10 +396,17 @@ class _Interval:
                 self.lower - 1,
             )
         if isinstance(node, n.Accumulate):
+            # Continue from the sums the trace holds, not from the run's lower: adding
+            # earlier epochs again, in another order, can change a float sum's last
+            # bits, and the retraction of the stored row would then not match it.
+            start = epoch_of(self.rt.trace(node).state.upper)
             return self._from_trace(
                 node,
                 lambda: delta_accumulate(
-                    self.delta(ins[0]), self.history(node), node.key, node.values
+                    self.delta(ins[0]).where(F.col(TIME) >= start),
+                    self.history(node, start),
+                    node.key,
+                    node.values,
                 ),
             )
         if isinstance(node, n.Reduce):
