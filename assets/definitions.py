@@ -1,7 +1,7 @@
-"""The project's Dagster code location: maintenance of the traces under ``traces/``."""
+"""The project's Dagster code location: every ``defs.yaml`` under ``defs/``."""
 
 from pathlib import Path
 
-from dd_etl.dagster import maintenance_definitions
+import dagster as dg
 
-defs = maintenance_definitions(Path(__file__).resolve().parent.parent / "traces")
+defs = dg.load_from_defs_folder(path_within_project=Path(__file__).resolve().parent / "defs")

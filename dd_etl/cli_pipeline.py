@@ -361,3 +361,52 @@ def _print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title
         table.add_row(*[plain(v) if v is not None else "NULL" for v in r])
     out.print(table)
     err.print(f"{len(rows)} rows", highlight=False)
+
+
+@app.command()
+def restate(
+    pipeline: PipelineFile,
+    source: Annotated[str, typer.Argument(help="The source whose data was corrected.")],
+    where: Annotated[
+        str | None, typer.Option(help="SQL predicate selecting the corrected rows.")
+    ] = None,
+) -> None:
+    """Take in a source's corrected data (files rewritten in place, say) as a change
+    at a new epoch: what the source holds now minus what was taken in, for the rows
+    ``--where`` selects."""
+    from dd_etl.pipeline.restate import restate as restate_source
+
+    p = _open(pipeline)
+    with _steps() as progress:
+        report = _guarded(lambda: restate_source(p, source, where, progress))
+    if report is None:
+        out.print(f"{source} matches what was taken in: nothing to restate")
+    else:
+        out.print(f"restated {source} at epoch {report.epoch}: {report.sources[source]}")
+
+
+@app.command()
+def ui(
+    pipeline: PipelineFile,
+    port: Annotated[int, typer.Option(help="Port of the Dagster UI.")] = 3000,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Start the Dagster UI (and its daemon) on this pipeline: its assets, ticks,
+    backfills, checks and maintenance. Runs are kept under the warehouse unless
+    DAGSTER_HOME says otherwise."""
+    import os
+    import shutil
+
+    from dd_etl.dagster.names import PIPELINES_ENV
+    from dd_etl.pipeline.build import warehouse_of
+    from dd_etl.pipeline.config import load_config
+
+    loaded = _guarded(lambda: load_config(pipeline))
+    home = Path(os.environ.get("DAGSTER_HOME") or warehouse_of(loaded) / "_dagster")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").touch()
+    dagster = shutil.which("dagster") or str(Path(sys.executable).parent / "dagster")
+    env = {**os.environ, "DAGSTER_HOME": str(home), PIPELINES_ENV: str(loaded.file)}
+    args = [dagster, "dev", "-m", "dd_etl.dagster.location", "-h", host, "-p", str(port)]
+    err.print(f"Dagster UI on http://{host}:{port} (runs kept in {home})", highlight=False)
+    os.execve(dagster, args, env)

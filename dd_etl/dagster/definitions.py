@@ -1,15 +1,26 @@
-"""Dagster definitions for trace maintenance over a warehouse root.
+"""Dagster definitions from pipeline files: assets, checks, jobs, schedules, sensors.
 
 No ``from __future__ import annotations`` here: Dagster reads the op's config and
 resource types from its annotations at definition time.
 """
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import dagster as dg
 
+from dd_etl.dagster.assets import failures, open_for, pipeline_assets
+from dd_etl.dagster.automation import TickJob, source_sensor, tick_schedule
+from dd_etl.dagster.backfills import backfill_jobs
+from dd_etl.dagster.checks import cheap_check_specs, equivalence_results, equivalence_specs
+from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
+from dd_etl.pipeline.build import warehouse_of
+from dd_etl.pipeline.config import LoadedConfig, load_config
 from dd_etl.trace.maintenance import maintain_warehouse
+
+SAMPLE_ABOVE = 1_000_000
+"""Views with more records than this are audited on a hash sample of that many."""
 
 
 class MaintenanceConfig(dg.Config):
@@ -19,16 +30,19 @@ class MaintenanceConfig(dg.Config):
     """Files unreachable for this long are deleted."""
 
 
-def maintenance_definitions(
-    warehouse: Path, cron_schedule: str = "17 * * * *", spark: SparkResource | None = None
-) -> dg.Definitions:
-    """A job that merges and vacuums every trace under ``warehouse``, on a schedule."""
+def maintenance_job(warehouse: Path, name: str = "trace") -> dg.JobDefinition:
+    """Merges spine layers (bounded by ``fuel``), advances each trace's ``since`` to
+    the meet of its reader holds and vacuums dead files, for every trace under
+    ``warehouse``. Not tagged with the pipeline: it never waits for ticks, nor
+    they for it (merges and appends commit side by side)."""
 
-    @dg.op(name="maintain_traces")
+    @dg.op(name=f"{identifier(name)}_maintain_traces")
     def maintain_traces(
         context: dg.OpExecutionContext, config: MaintenanceConfig, spark: SparkResource
     ) -> dg.Output[int]:
-        reports = maintain_warehouse(spark.spark, warehouse, config.fuel, config.retention_hours)
+        reports = maintain_warehouse(
+            spark.session(), warehouse, config.fuel, config.retention_hours
+        )
         for r in reports:
             context.log.info(
                 f"{r.trace}: {r.batches_before} → {r.batches_after} batches, "
@@ -43,15 +57,120 @@ def maintenance_definitions(
             },
         )
 
-    @dg.job(name="trace_maintenance", tags={"dd_etl/kind": "maintenance"})
-    def trace_maintenance() -> None:
+    @dg.job(name=f"{identifier(name)}_maintenance", tags={KIND_TAG: "maintenance"})
+    def maintenance() -> None:
         maintain_traces()
 
+    return maintenance
+
+
+def maintenance_definitions(
+    warehouse: Path, cron_schedule: str = "17 * * * *", spark: SparkResource | None = None
+) -> dg.Definitions:
+    """Maintenance of every trace under ``warehouse``, on a schedule."""
+    job = maintenance_job(warehouse)
     schedule = dg.ScheduleDefinition(
-        name="trace_maintenance_schedule", cron_schedule=cron_schedule, job=trace_maintenance
+        name=f"{job.name}_schedule", cron_schedule=cron_schedule, job=job
     )
     return dg.Definitions(
-        jobs=[trace_maintenance],
-        schedules=[schedule],
+        jobs=[job], schedules=[schedule], resources={"spark": spark or SparkResource()}
+    )
+
+
+def equivalence_check(loaded: LoadedConfig, sample_above: int) -> dg.AssetChecksDefinition:
+    file, name = loaded.file, loaded.config.name
+    views = {asset_key(name, v): v for v in loaded.config.views}
+
+    @dg.multi_asset_check(
+        name=f"{identifier(name)}_equivalence",
+        specs=equivalence_specs(loaded),
+        can_subset=True,
+        op_tags={KIND_TAG: "audit"},
+    )
+    def audit(
+        context: dg.AssetCheckExecutionContext, spark: SparkResource
+    ) -> Iterator[dg.AssetCheckResult]:
+        chosen = [views[k.asset_key] for k in context.selected_asset_check_keys]
+        with failures():
+            pipeline = open_for(file, spark)
+            yield from equivalence_results(pipeline, chosen, sample_above)
+
+    return audit
+
+
+def pipeline_definitions(
+    files: Sequence[str | Path],
+    *,
+    tick_cron: str | None = "*/15 * * * *",
+    sensor_interval_seconds: int | None = 30,
+    maintenance_cron: str | None = "17 * * * *",
+    audit_cron: str | None = "0 3 * * *",
+    automation_running: bool = False,
+    max_lag: int = 0,
+    sample_above: int = SAMPLE_ABOVE,
+    spark: SparkResource | None = None,
+) -> dg.Definitions:
+    """Everything Dagster needs to run the pipelines in ``files``, built from the
+    files alone (no Spark until a run). Per pipeline: its assets and checks, a tick
+    job with its schedule and source sensor, the backfill jobs, an audit job for
+    the equivalence checks and a maintenance job for its warehouse, each on a
+    schedule (``None`` leaves one out; ``automation_running`` starts them on)."""
+    assets: list[dg.AssetsDefinition] = []
+    checks: list[dg.AssetChecksDefinition] = []
+    jobs: list[TickJob] = []
+    schedules: list[dg.ScheduleDefinition] = []
+    sensors: list[dg.SensorDefinition] = []
+    warehouses: dict[Path, str] = {}
+    for file in files:
+        loaded = load_config(file)
+        name = loaded.config.name
+        prefix = identifier(name)
+        if any(a.node_def.name == f"{prefix}_assets" for a in assets):
+            raise ValueError(f"{file}: another pipeline file is also named {name!r}")
+        tables = pipeline_assets(loaded, max_lag)
+        audit = equivalence_check(loaded, sample_above)
+        assets.append(tables)
+        checks.append(audit)
+        cheap = [spec.key for spec in cheap_check_specs(loaded)]
+        tick = dg.define_asset_job(
+            f"{prefix}_tick",
+            selection=dg.AssetSelection.assets(tables).without_checks()
+            | dg.AssetSelection.checks(*cheap),
+            tags={PIPELINE_TAG: name},
+            description=f"One ingest tick of {name}: every source and view, cheap checks",
+        )
+        audit_job = dg.define_asset_job(
+            f"{prefix}_audit",
+            selection=dg.AssetSelection.checks(audit),
+            description=f"Every view of {name} against a from-scratch recomputation",
+        )
+        jobs += [tick, audit_job, *backfill_jobs(loaded.file, name)]
+        if tick_cron is not None:
+            schedules.append(tick_schedule(loaded, tick, tick_cron, automation_running))
+        if sensor_interval_seconds is not None:
+            sensors.append(source_sensor(loaded, tick, sensor_interval_seconds, automation_running))
+        if audit_cron is not None:
+            schedules.append(
+                dg.ScheduleDefinition(
+                    name=f"{prefix}_audit_schedule", cron_schedule=audit_cron, job=audit_job
+                )
+            )
+        warehouses.setdefault(warehouse_of(loaded), name)
+    for warehouse, name in warehouses.items():
+        job = maintenance_job(warehouse, name)
+        jobs.append(job)
+        if maintenance_cron is not None:
+            schedules.append(
+                dg.ScheduleDefinition(
+                    name=f"{job.name}_schedule", cron_schedule=maintenance_cron, job=job
+                )
+            )
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=jobs,
+        schedules=schedules,
+        sensors=sensors,
         resources={"spark": spark or SparkResource()},
+        executor=dg.in_process_executor,
     )

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 from pyspark.sql import SparkSession
 
 from dd_etl.spark import session
 
 
 class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Local Spark by default; set ``master`` (e.g. ``spark://host:7077``) for a cluster."""
+    """Spark for dd_etl's jobs. Unset ``master`` uses the pipeline's own ``spark:``
+    section (local Spark by default); set it (``spark://host:7077``) to send every
+    pipeline of the code location to a cluster. ``conf`` adds to the pipeline's."""
 
-    master: str = "local[*]"
+    master: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
-    _session: SparkSession | None = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._session = session("dd_etl-dagster", master=self.master, conf=self.conf)
-
-    @property
-    def spark(self) -> SparkSession:
-        if self._session is None:
-            self._session = session("dd_etl-dagster", master=self.master, conf=self.conf)
-        return self._session
+    def session(
+        self, master: str | None = None, conf: Mapping[str, str] | None = None
+    ) -> SparkSession:
+        """The process's session (Spark keeps one per process: the first run's
+        settings hold for the steps after it)."""
+        return session(
+            "dd_etl-dagster", master=self.master or master, conf={**(conf or {}), **self.conf}
+        )

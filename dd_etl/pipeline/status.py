@@ -20,6 +20,8 @@ from dd_etl.trace import delta_log
 from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.maintenance import find_traces
 
+NO_SPARK: Any = None  # readers asked only for listings and Delta logs need no session
+
 
 @dataclass
 class TraceStatus:
@@ -111,3 +113,28 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
         internal_records,
         None if tick is None else tick.to_json(),
     )
+
+
+def tick_due(loaded: LoadedConfig) -> str | None:
+    """Why a tick has work to do, or None: a source has data its position does not
+    cover, or the last tick's epoch is unfinished. Reads logs and listings only, so
+    schedules and sensors can ask often and a tick with nothing new costs nothing."""
+    warehouse = warehouse_of(loaded)
+    uppers = []
+    for name, source in loaded.config.sources.items():
+        st = _trace(warehouse / "sources" / name, name)
+        uppers.append(st.upper or 0)
+        if not make_reader(NO_SPARK, loaded, name, source).caught_up(st.position):
+            return f"source {name} has new data"
+    tick = last_tick(warehouse)
+    if uppers and max(uppers) > (-1 if tick is None else tick.epoch) + 1:
+        return f"epoch {max(uppers) - 1} is unfinished"
+    return None
+
+
+def source_signatures(loaded: LoadedConfig) -> dict[str, str]:
+    """A token per source that changes when it gets new data (see ``SourceReader``)."""
+    return {
+        name: make_reader(NO_SPARK, loaded, name, source).signature()
+        for name, source in loaded.config.sources.items()
+    }

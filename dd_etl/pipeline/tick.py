@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,10 +30,11 @@ from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.errors import PipelineError, SourceError
+from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.ticks import TickRecord, last_tick, record_tick
 from dd_etl.plan import nodes as n
 from dd_etl.runtime.runner import epoch_of
-from dd_etl.sources.base import encode_position, read_position
+from dd_etl.sources.base import Capture, encode_position, read_position
 
 
 class Progress(Protocol):
@@ -51,6 +52,7 @@ class TickReport:
     views: dict[str, int] = field(default_factory=dict)
     sinks: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    complete: bool = False  # every source, view and sink has the epoch
 
 
 def _quiet(step: str, detail: str, done: float = 1.0) -> None:
@@ -69,49 +71,102 @@ def next_epoch(pipeline: Pipeline) -> tuple[int, bool]:
     return min(ahead, completed + 1) if done is not None else ahead, False
 
 
-def run_tick(pipeline: Pipeline, progress: Progress = _quiet) -> TickReport:
+def run_tick(
+    pipeline: Pipeline,
+    progress: Progress = _quiet,
+    *,
+    sources: Collection[str] | None = None,
+    views: Collection[str] | None = None,
+    limit: int | None = None,
+    captures: Mapping[str, Capture] | None = None,
+) -> TickReport:
+    """One tick, or the part of it that ``sources`` and ``views`` select (default:
+    all). A partial tick leaves the epoch open: the next tick completes it before
+    a new one starts, so sources never run more than one epoch ahead of views.
+    ``limit`` caps each source's new files or versions; ``captures`` replaces a
+    source's capture (a restatement)."""
+    with tick_lock(pipeline):
+        return _tick(pipeline, progress, sources, views, limit, captures or {})
+
+
+def _tick(
+    pipeline: Pipeline,
+    progress: Progress,
+    sources: Collection[str] | None,
+    views: Collection[str] | None,
+    limit: int | None,
+    captures: Mapping[str, Capture],
+) -> TickReport:
     started = time.time()
     rt = pipeline.runtime
     rt.check_plans()
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed)
-    for name in pipeline.flow.sources:
+    for name in pipeline.flow.sources if sources is None else sources:
         progress(f"source:{name}", "", 0.0)
-        report.sources[name] = ingest(pipeline, name, epoch)
+        report.sources[name] = ingest(pipeline, name, epoch, limit, captures.get(name))
         progress(f"source:{name}", report.sources[name])
     failpoint("tick.sources_appended")
-    progress("run", "", 0.0)
-    run = rt.run(_per_view(pipeline, progress))
-    report.views = dict(run.views)
-    progress("run", f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date")
-    for view in pipeline.flow.views:
-        changed = may_have_changed(pipeline, view, epoch)
-        table = pipeline.materialized(view)
-        if table is not None:
-            progress(f"sink:{view}", "", 0.0)
-            wrote = table.sync(epoch, changed=changed)
-            report.sinks[f"{view} (materialized)"] = "committed" if wrote else "already there"
-            progress(f"sink:{view}", report.sinks[f"{view} (materialized)"])
-        feed = pipeline.change_feed(view)
-        if feed is not None:
-            wrote = feed.sync(epoch)
-            report.sinks[f"{view} (changes)"] = "committed" if wrote else "already there"
+    chosen = list(pipeline.flow.views) if views is None else list(views)
+    if chosen:
+        progress("run", "", 0.0)
+        run = rt.run(_per_view(pipeline, chosen, progress), views=chosen)
+        report.views = {v: run.views.get(v, 0) for v in chosen}
+        progress("run", f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date")
+    for view in chosen:
+        if epoch_of(rt.trace(pipeline.flow.views[view]).state.upper) <= epoch:
+            continue  # a source it reads has not taken in the epoch yet
+        report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
     failpoint("tick.sinks_committed")
     report.seconds = time.time() - started
-    record_tick(
-        pipeline.warehouse,
-        TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
-    )
+    report.complete = epoch_complete(pipeline, epoch)
+    if report.complete:
+        record_tick(
+            pipeline.warehouse,
+            TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
+        )
     return report
 
 
-def _per_view(pipeline: Pipeline, progress: Progress) -> Callable[[n.Node], None]:
+def sync_sinks(pipeline: Pipeline, view: str, epoch: int, progress: Progress) -> dict[str, str]:
+    """Commit ``epoch`` to the view's sinks (once: a repeat says so)."""
+    said: dict[str, str] = {}
+    table = pipeline.materialized(view)
+    if table is not None:
+        progress(f"sink:{view}", "", 0.0)
+        wrote = table.sync(epoch, changed=may_have_changed(pipeline, view, epoch))
+        said[f"{view} (materialized)"] = "committed" if wrote else "already there"
+        progress(f"sink:{view}", said[f"{view} (materialized)"])
+    feed = pipeline.change_feed(view)
+    if feed is not None:
+        wrote = feed.sync(epoch)
+        said[f"{view} (changes)"] = "committed" if wrote else "already there"
+    return said
+
+
+def epoch_complete(pipeline: Pipeline, epoch: int) -> bool:
+    """Every source took the epoch in, every view computed it, every sink holds it
+    (read from trace and sink logs, no Spark job)."""
+    rt = pipeline.runtime
+    nodes = [*pipeline.flow.sources.values(), *pipeline.flow.views.values()]
+    if any(epoch_of(rt.trace(x).reload().upper) <= epoch for x in nodes):
+        return False
+    for view in pipeline.flow.views:
+        for sink in (pipeline.materialized(view), pipeline.change_feed(view)):
+            if sink is None:
+                continue
+            held = sink.table.epoch()
+            if held is None or held < epoch:
+                return False
+    return True
+
+
+def _per_view(pipeline: Pipeline, views: list[str], progress: Progress) -> Callable[[n.Node], None]:
     """A callback for each trace the run brings up to date, reported as the share of
     each view's traces done (traces shared by views count for each)."""
     rt = pipeline.runtime
     traces = {
-        view: {x.id for x in rt.upstream_of(view) if x.trace_name and x.inputs}
-        for view in pipeline.flow.views
+        view: {x.id for x in rt.upstream_of(view) if x.trace_name and x.inputs} for view in views
     }
     done = dict.fromkeys(traces, 0)
     lock = threading.Lock()
@@ -144,10 +199,18 @@ def may_have_changed(pipeline: Pipeline, view: str, epoch: int) -> bool:
     return False
 
 
-def ingest(pipeline: Pipeline, name: str, epoch: int) -> str:
+def ingest(
+    pipeline: Pipeline,
+    name: str,
+    epoch: int,
+    limit: int | None = None,
+    capture: Capture | None = None,
+) -> str:
     """Append source ``name``'s changes as ``epoch``, unless it already has."""
     rt = pipeline.runtime
-    node = pipeline.flow.sources[name]
+    node = pipeline.flow.sources.get(name)
+    if node is None:
+        raise PipelineError(f"unknown source {name!r}; sources are {sorted(pipeline.flow.sources)}")
     trace = rt.trace(node)
     upper = epoch_of(trace.reload().upper)
     if upper > epoch:
@@ -157,7 +220,8 @@ def ingest(pipeline: Pipeline, name: str, epoch: int) -> str:
         trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
     reader = pipeline.readers[name]
     try:
-        capture = reader.capture(read_position(trace), trace, node.schema)
+        if capture is None:
+            capture = reader.capture(read_position(trace), trace, node.schema, limit)
         changes = capture.changes
         if changes is None:
             changes = pipeline.flow.empty_updates(node.schema).drop("_time")

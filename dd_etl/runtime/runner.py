@@ -130,9 +130,11 @@ class Runtime:
             return node.key
         return tuple(node.columns)
 
-    def stateful_nodes(self) -> list[n.Node]:
-        """Every node with a trace that the views depend on, inputs before users."""
-        nodes = upstream(list(self.flow.views.values()))
+    def stateful_nodes(self, views: Sequence[str] | None = None) -> list[n.Node]:
+        """Every node with a trace that ``views`` (default: all) depend on, inputs
+        before users."""
+        roots = self.flow.views.values() if views is None else [self._view(v) for v in views]
+        nodes = upstream(list(roots))
         return [x for x in nodes if x.trace_name is not None]
 
     # ------------------------------------------------------------------ input
@@ -161,8 +163,8 @@ class Runtime:
 
     # -------------------------------------------------------------------- run
 
-    def pending(self) -> tuple[int, int]:
-        nodes = self.stateful_nodes()
+    def pending(self, views: Sequence[str] | None = None) -> tuple[int, int]:
+        nodes = self.stateful_nodes(views)
         sources = [x for x in nodes if isinstance(x, n.Source)]
         upper = epoch_of(meet_all(self.trace(s).reload().upper for s in sources)) if sources else 0
         maintained = [x for x in nodes if not isinstance(x, n.Source)]
@@ -177,10 +179,15 @@ class Runtime:
             if built is not None and built != view.plan:
                 raise PlanChanged(name, built, view.plan)
 
-    def run(self, on_trace: Callable[[n.Node], None] | None = None) -> RunReport:
-        """Bring every view up to date; ``on_trace(node)`` hears of each trace done."""
+    def run(
+        self,
+        on_trace: Callable[[n.Node], None] | None = None,
+        views: Sequence[str] | None = None,
+    ) -> RunReport:
+        """Bring ``views`` (default: all) up to date, as far as the sources they read
+        allow; ``on_trace(node)`` hears of each trace done."""
         self.check_plans()
-        lower, upper = self.pending()
+        lower, upper = self.pending(views)
         report = RunReport(lower, upper)
         if lower >= upper:
             return report
@@ -193,10 +200,11 @@ class Runtime:
                 if on_trace is not None:
                     on_trace(node)
 
-            for layer in self.layers():
+            for layer in self.layers(views):
                 list(pool.map(bring, layer))
-            list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes()))
-        report.views = {name: interval.written.get(v.id, 0) for name, v in self.flow.views.items()}
+            list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes(views)))
+        chosen = self.flow.views if views is None else {v: self._view(v) for v in views}
+        report.views = {name: interval.written.get(v.id, 0) for name, v in chosen.items()}
         report.rounds = interval.rounds
         return report
 
@@ -235,7 +243,7 @@ class Runtime:
                 trace.downgrade_reader(reader, since, since)
         return names
 
-    def layers(self) -> list[list[n.Node]]:
+    def layers(self, views: Sequence[str] | None = None) -> list[list[n.Node]]:
         """The stateful nodes grouped by how many traces lie between them and the sources."""
         depth: dict[str, int] = {}
 
@@ -246,7 +254,7 @@ class Runtime:
             return depth[node.id]
 
         layers: dict[int, list[n.Node]] = {}
-        for node in self.stateful_nodes():
+        for node in self.stateful_nodes(views):
             layers.setdefault(depth_of(node), []).append(node)
         return [layers[d] for d in sorted(layers)]
 

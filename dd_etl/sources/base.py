@@ -43,9 +43,17 @@ class SourceReader(Protocol):
         """The source's data columns, read from the data (or the declared schema)."""
         ...
 
-    def capture(self, position: Position | None, trace: DeltaTrace, schema: StructType) -> Capture:
+    def capture(
+        self,
+        position: Position | None,
+        trace: DeltaTrace,
+        schema: StructType,
+        limit: int | None = None,
+    ) -> Capture:
         """The changes since ``position`` (None: nothing read yet), as updates of
-        ``schema``; ``trace`` holds everything taken in so far."""
+        ``schema``; ``trace`` holds everything taken in so far. ``limit`` takes in at
+        most that many new files or table versions, oldest first (loading history in
+        epoch-sized chunks)."""
         ...
 
     def snapshot(self, position: Position, schema: StructType) -> DataFrame | None:
@@ -55,6 +63,21 @@ class SourceReader(Protocol):
 
     def lag(self, position: Position | None) -> str:
         """How far the source is ahead of ``position``, cheaply (no Spark)."""
+        ...
+
+    def signature(self) -> str:
+        """A cheap token (no Spark) that changes whenever the source has new data:
+        what sensors compare to decide that a tick is due."""
+        ...
+
+    def caught_up(self, position: Position | None) -> bool:
+        """Whether ``position`` covers everything the source holds now (no Spark)."""
+        ...
+
+    def restated(self, position: Position) -> Position:
+        """``position`` with the data it covers read again as it is now: the files
+        already taken in with their current sizes (corrected in place), or the same
+        table version. New data is left for the next ordinary capture."""
         ...
 
 

@@ -63,9 +63,20 @@ class DeltaSource:
     def schema(self) -> StructType:
         return from_arrow_schema(pa.schema(self._table().schema().to_arrow()))
 
-    def capture(self, position: Position | None, trace: DeltaTrace, schema: StructType) -> Capture:
+    def capture(
+        self,
+        position: Position | None,
+        trace: DeltaTrace,
+        schema: StructType,
+        limit: int | None = None,
+    ) -> Capture:
         table = self._table()
         version = table.version()
+        if limit is not None:  # the oldest versions not read yet, ``limit`` of them
+            first = 0 if position is None else int(position["version"]) + 1
+            if first + limit - 1 < version:
+                version = first + limit - 1
+                table = self._table(version)
         self._check_schema(table, schema)
         if position is None:
             changes = difference(self._read(table, schema), trace, schema)
@@ -107,6 +118,15 @@ class DeltaSource:
             return f"version {version}, not read yet"
         behind = version - int(position["version"])
         return f"{behind} version{'s' if behind != 1 else ''} behind" if behind else "up to date"
+
+    def signature(self) -> str:
+        return str(self._table().version())
+
+    def caught_up(self, position: Position | None) -> bool:
+        return position is not None and int(position["version"]) >= int(self.signature())
+
+    def restated(self, position: Position) -> Position:
+        return dict(position)
 
     # ---------------------------------------------------------------- reading
 

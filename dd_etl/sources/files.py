@@ -12,6 +12,8 @@ start with ``_`` or ``.`` (Spark's markers, temporary files) are ignored.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -82,7 +84,13 @@ class FileSource:
         df = self._load(list(files), options)
         return StructType([f for f in df.schema.fields if f.name != self.diff_column])
 
-    def capture(self, position: Position | None, trace: DeltaTrace, schema: StructType) -> Capture:
+    def capture(
+        self,
+        position: Position | None,
+        trace: DeltaTrace,
+        schema: StructType,
+        limit: int | None = None,
+    ) -> Capture:
         files = self.listing()
         read: dict[str, int] = dict((position or {}).get("files", {}))
         if self.mode == "snapshot":
@@ -98,7 +106,7 @@ class FileSource:
         if position is None and trace.state.records:  # resync: everything, against the trace
             changes = difference(self._updates(list(files), schema), trace, schema)
             return Capture(changes, {"files": files}, f"resync of {len(files)} files")
-        new = [f for f in files if f not in read]
+        new = [f for f in files if f not in read][:limit]
         if not new:
             return Capture(None, {"files": read}, "no new files")
         covered = {**read, **{f: files[f] for f in new}}
@@ -122,6 +130,25 @@ class FileSource:
             return "up to date" if files == read else "changed since the last run"
         new = len([f for f in files if f not in read])
         return f"{new} new file{'s' if new != 1 else ''}" if new else "up to date"
+
+    def signature(self) -> str:
+        listing = json.dumps(self.listing(), sort_keys=True)
+        return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+    def caught_up(self, position: Position | None) -> bool:
+        read = dict((position or {}).get("files", {}))
+        files = self.listing()
+        if self.mode == "snapshot":
+            return position is not None and files == read
+        return all(f in read for f in files)
+
+    def restated(self, position: Position) -> Position:
+        files = self.listing()
+        read = dict(position.get("files", {}))
+        gone = sorted(f for f in read if f not in files)
+        if gone:
+            raise SourceError(self.name, f"files {gone[:3]} were read before and are gone now")
+        return {"files": {f: files[f] for f in read}}
 
     # ---------------------------------------------------------------- reading
 

@@ -1,0 +1,87 @@
+"""What a materialization tells about the asset, read from trace state (no Spark)
+except the row count and the preview."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from dd_etl.pipeline.build import Pipeline
+from dd_etl.plan import nodes as n
+from dd_etl.trace.state import TraceState
+
+PREVIEW_ROWS = 10
+
+
+def frontiers(state: TraceState) -> dict[str, Any]:
+    return {
+        "upper": state.upper.epoch_bound(),
+        "since": state.since.epoch_bound(),
+        "batches": len(state.batches),
+        "records": state.records,
+    }
+
+
+def source_metadata(pipeline: Pipeline, source: str, epoch: int, taken: str) -> dict[str, Any]:
+    state = pipeline.runtime.trace(pipeline.flow.sources[source]).reload()
+    new = sum(b.records for b in state.batches if b.description.lower.epoch_bound() == epoch)
+    f = frontiers(state)
+    return {
+        "epoch": epoch,
+        "taken in": taken,
+        "rows in": new,
+        "upper": f["upper"],
+        "since": f["since"],
+        "batches": f["batches"],
+        "dagster/row_count": f["records"],
+    }
+
+
+def view_metadata(
+    pipeline: Pipeline, view: str, lower: int, written: int, seconds: float
+) -> dict[str, Any]:
+    """Epochs ``[lower, upper)`` processed, frontiers, rows in (source updates in
+    those epochs) and out (changes written), the batches of every trace the view is
+    computed from, Spark time, current row count and a preview."""
+    rt = pipeline.runtime
+    node = pipeline.flow.views[view]
+    f = frontiers(rt.trace(node).reload())
+    upper = f["upper"] or 0
+    rows_in = 0
+    traces: dict[str, int] = {}
+    for x in rt.upstream_of(view):
+        if x.trace_name is None:
+            continue
+        state = rt.trace(x).reload()
+        traces[x.trace_name] = len(state.batches)
+        if isinstance(x, n.Source):
+            rows_in += sum(
+                b.records
+                for b in state.batches
+                if lower <= (b.description.lower.epoch_bound() or 0) < upper
+            )
+    rows = rt.read(view)
+    count = rows.count()
+    preview = rows.limit(PREVIEW_ROWS).collect()
+    return {
+        "epochs": f"{lower}..{upper - 1}" if upper > lower else "none (up to date)",
+        "upper": upper,
+        "since": f["since"],
+        "rows in": rows_in,
+        "rows out": written,
+        "batches": f["batches"],
+        "trace batches": dg.MetadataValue.json(traces),
+        "spark seconds": round(seconds, 2),
+        "dagster/row_count": count,
+        "preview": dg.MetadataValue.md(markdown_table(rows.columns, preview)),
+    }
+
+
+def markdown_table(columns: list[str], rows: list[Any]) -> str:
+    def cell(value: Any) -> str:
+        return "NULL" if value is None else str(value).replace("|", "\\|")
+
+    head = f"| {' | '.join(columns)} |\n|{'---|' * len(columns)}\n"
+    body = "".join(f"| {' | '.join(cell(v) for v in row)} |\n" for row in rows)
+    return head + (body or f"| {' | '.join('' for _ in columns)} |\n")
