@@ -44,10 +44,10 @@ def test_maintenance_job_merges_and_vacuums_every_trace(
     defs = maintenance_definitions(warehouse, spark=SparkResource(master="local[2]"))
     job = defs.resolve_job_def("trace_maintenance")
     result = job.execute_in_process(
-        run_config={"ops": {"maintain_traces": {"config": {"retention_hours": 0}}}}
+        run_config={"ops": {"trace_maintain_traces": {"config": {"retention_hours": 0}}}}
     )
     assert result.success
-    assert result.output_for_node("maintain_traces") == 2
+    assert result.output_for_node("trace_maintain_traces") == 2
     for trace, settled in ((a, 1), (b, 2)):  # 4 batches of 6 rows → 24; 3 → 12 + 6
         trace.reload()
         assert len(trace.state.batches) == settled

@@ -147,7 +147,17 @@ def test_backfills_load_history_rebuild_and_restate(spark: SparkSession, tmp_pat
     assert failure is not None
     assert "epochs are taken in order" in str(failure.user_failure_data.description)  # type: ignore[union-attr]
 
-    rebuilt = defs.resolve_job_def("e2e_rebuild").execute_in_process(
+    rebuild = defs.resolve_job_def("e2e_rebuild")
+    too_early = rebuild.execute_in_process(
+        instance=instance,
+        run_config={"ops": {"e2e_rebuild_op": {"config": {"views": ["by_pc"], "from_epoch": 0}}}},
+        raise_on_error=False,
+    )
+    failure = too_early.failure_data_for_node("e2e_rebuild_op")
+    assert failure is not None
+    assert "compacted up to epoch 3" in str(failure.user_failure_data.description)  # type: ignore[union-attr]
+    assert view_rows(spark, pipeline, "by_pc") == oracle(tmp_path, "by_pc")  # nothing discarded
+    rebuilt = rebuild.execute_in_process(
         instance=instance,
         run_config={"ops": {"e2e_rebuild_op": {"config": {"views": ["by_pc"]}}}},
     )

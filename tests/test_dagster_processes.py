@@ -168,19 +168,15 @@ def wait_for_run(instance: dg.DagsterInstance, log: Path, timeout: float = 400) 
     )
 
 
-def test_dagster_dev_serves_the_demo_asset_graph(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["workspace", "dd-etl ui"])
+def test_dagster_dev_serves_the_demo_asset_graph(tmp_path: Path, how: str) -> None:
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
-    command = [
-        str(BIN / "dagster"),
-        "dev",
-        "-w",
-        "workspace.yaml",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(port),
-    ]
+    if how == "workspace":
+        command = [str(BIN / "dagster"), "dev", "-w", "workspace.yaml"]
+    else:
+        command = [str(BIN / "dd-etl"), "ui", "assets/taxi/pipeline.yaml"]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
     query = json.dumps({"query": "{ assetNodes { assetKey { path } dependencyKeys { path } } }"})
     log = tmp_path / "dev.log"
     with started(command, ROOT, env, log):

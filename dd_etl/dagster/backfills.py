@@ -38,6 +38,9 @@ class LoadHistoryConfig(dg.Config):
 
 class RebuildConfig(dg.Config):
     views: list[str] = Field(description="Views to recompute; the views reading them follow")
+    from_epoch: int | None = None
+    """The rebuilt views must be readable as of this epoch on: refused if the sources'
+    history before it was already compacted (their ``since`` is past it)."""
 
 
 class RestateConfig(dg.Config):
@@ -100,7 +103,7 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     ) -> list[str]:
         with failures():
             pipeline = open_for(file, spark)
-            names = rebuild_views(pipeline, config.views)
+            names = rebuild_views(pipeline, config.views, config.from_epoch)
             context.log.info(f"discarded {names}; recomputing them from the sources")
             progress, _ = _logged(context.log)
             report = run_tick(pipeline, progress, sources=[], views=names)

@@ -27,10 +27,30 @@ from dd_etl.plan import nodes as n
 from dd_etl.sources.base import POSITION_META
 
 
-def rebuild_views(pipeline: Pipeline, views: list[str]) -> list[str]:
+def readable_from(pipeline: Pipeline, view: str) -> int:
+    """The first epoch a rebuilt ``view`` can be read as of: its sources' history
+    before their ``since`` is compacted, so a recomputation cannot tell it apart."""
+    rt = pipeline.runtime
+    sources = [x for x in rt.upstream_of(view) if isinstance(x, n.Source)]
+    return max((rt.trace(s).reload().since.epoch_bound() or 0 for s in sources), default=0)
+
+
+def rebuild_views(pipeline: Pipeline, views: list[str], from_epoch: int | None = None) -> list[str]:
     """Discard ``views`` and their dependants; the next tick recomputes them. Their
     sinks continue (the next epoch's commit brings them up to date), unless the
-    view's columns changed: then the sink table starts over."""
+    view's columns changed: then the sink table starts over. ``from_epoch``: the
+    rebuilt views must be readable as of that epoch on; refused (nothing discarded)
+    if the sources' history was already compacted past it."""
+    if from_epoch is not None:
+        for view in pipeline.runtime.dependants(views):
+            first = readable_from(pipeline, view)
+            if first > from_epoch:
+                raise PipelineError(
+                    f"view {view!r} cannot be rebuilt readable from epoch {from_epoch}: the "
+                    f"sources it reads are compacted up to epoch {first} (their since), so "
+                    f"history before it is gone; rebuild from epoch {first} or later, and "
+                    "raise `compaction.retain_epochs` to keep more"
+                )
     names = pipeline.runtime.rebuild(views)
     for name in names:
         for sink in (pipeline.materialized(name), pipeline.change_feed(name)):

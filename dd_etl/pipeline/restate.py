@@ -11,14 +11,14 @@ so it is idempotent and crash-safe like any other; an empty change is no tick.
 from __future__ import annotations
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.errors import PipelineError
-from dd_etl.pipeline.tick import Progress, TickReport, _quiet, run_tick
-from dd_etl.sources.base import Capture, read_position
-from dd_etl.trace.columns import DIFF
+from dd_etl.pipeline.lock import tick_lock
+from dd_etl.pipeline.tick import Progress, TickReport, _quiet, next_epoch, tick_holding_lock
+from dd_etl.sources.base import Capture, Position, difference, read_position
 
 
 def restate(
@@ -31,6 +31,24 @@ def restate(
         raise PipelineError(
             f"unknown source {source!r}; sources are {sorted(pipeline.flow.sources)}"
         )
+    with tick_lock(pipeline):  # what is held must not move between the diff and the tick
+        epoch, resumed = next_epoch(pipeline)
+        if resumed:
+            raise PipelineError(
+                f"epoch {epoch} of pipeline {pipeline.name!r} is unfinished: run a tick to "
+                "complete it, then restate"
+            )
+        change, position, what = _correction(pipeline, source, where)
+        if change is None:
+            return None
+        capture = Capture(change, position, what)
+        return tick_holding_lock(pipeline, progress, None, None, None, {source: capture})
+
+
+def _correction(
+    pipeline: Pipeline, source: str, where: str | None
+) -> tuple[DataFrame | None, Position, str]:
+    node = pipeline.flow.sources[source]
     trace = pipeline.runtime.trace(node)
     trace.reload()
     position = read_position(trace)
@@ -43,25 +61,20 @@ def restate(
     current = reader.snapshot(restated, node.schema)
     if current is None:
         raise PipelineError(f"source {source!r} can no longer be read as of {restated}")
-    held = trace.read_at(None)
-    if where is not None:
-        current, held = _filtered(current, where, source), _filtered(held, where, source)
-    names = node.columns
-    both = current.select(*names, DIFF).unionByName(held.select(*names, (-F.col(DIFF)).alias(DIFF)))
-    change = both.groupBy(*names).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
-    change = change.localCheckpoint()  # read once: the source may change again meanwhile
+    rows_of = None if where is None else _predicate(current, where, source)
+    # computed once: the files may change again before the tick commits it
+    change = difference(current, trace, node.schema, rows_of).localCheckpoint()
     rows = change.count()
-    if rows == 0:
-        return None
     what = f"restatement of {where or 'all rows'}: {rows} changed row{'s' if rows != 1 else ''}"
-    return run_tick(pipeline, progress, captures={source: Capture(change, restated, what)})
+    return (change if rows else None), restated, what
 
 
-def _filtered(df: DataFrame, where: str, source: str) -> DataFrame:
+def _predicate(df: DataFrame, where: str, source: str) -> Column:
+    """``where`` as a column, checked against the source's columns now, for a clear error."""
     try:
-        out = df.where(F.expr(where))
-        out.schema  # noqa: B018 - analyses the predicate now, for a clear error
-        return out
+        predicate = F.expr(where)
+        df.where(predicate).schema  # noqa: B018 - analyses the predicate
+        return predicate
     except PySparkException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PipelineError(

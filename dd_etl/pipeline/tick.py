@@ -86,10 +86,10 @@ def run_tick(
     ``limit`` caps each source's new files or versions; ``captures`` replaces a
     source's capture (a restatement)."""
     with tick_lock(pipeline):
-        return _tick(pipeline, progress, sources, views, limit, captures or {})
+        return tick_holding_lock(pipeline, progress, sources, views, limit, captures or {})
 
 
-def _tick(
+def tick_holding_lock(
     pipeline: Pipeline,
     progress: Progress,
     sources: Collection[str] | None,
@@ -97,6 +97,8 @@ def _tick(
     limit: int | None,
     captures: Mapping[str, Capture],
 ) -> TickReport:
+    """``run_tick`` for a caller that holds ``tick_lock`` (and decided what to
+    capture under it)."""
     started = time.time()
     rt = pipeline.runtime
     rt.check_plans()

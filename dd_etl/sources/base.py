@@ -96,13 +96,20 @@ def conform(df: DataFrame, schema: StructType, diff: Column | None = None) -> Da
     return df.select(*cols, (diff if diff is not None else F.lit(1)).cast("long").alias(DIFF))
 
 
-def difference(snapshot: DataFrame, trace: DeltaTrace, schema: StructType) -> DataFrame:
+def difference(
+    snapshot: DataFrame, trace: DeltaTrace, schema: StructType, where: Column | None = None
+) -> DataFrame:
     """The changes that turn what ``trace`` holds into ``snapshot`` (both data + ``_diff``):
-    snapshot differencing, for sources without a change feed."""
+    snapshot differencing, for sources without a change feed; ``where`` limits both
+    sides to the rows it selects (a restated partition)."""
     names = schema.fieldNames()
+    if where is not None:
+        snapshot = snapshot.where(where)
     if trace.state.records == 0:
         return snapshot.select(*names, DIFF)
     held = trace.read_at(None)
+    if where is not None:
+        held = held.where(where)
     current = held.select(*names, (-F.col(DIFF)).alias(DIFF))
     both = snapshot.select(*names, DIFF).unionByName(current)
     return both.groupBy(*names).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
