@@ -109,7 +109,7 @@ def _materialize(
 ) -> Iterator[dg.MaterializeResult[Any]]:
     rt = pipeline.runtime
     lowers = {v: rt.trace(pipeline.flow.views[v]).reload().upper.epoch_bound() or 0 for v in views}
-    progress, finished = _logged(context.log)
+    progress, finished = logged_progress(context.log)
     report = run_tick(pipeline, progress, sources=sources, views=views)
     context.log.info(
         f"epoch {report.epoch}{' (completing an interrupted tick)' if report.resumed else ''}: "
@@ -129,7 +129,7 @@ def _materialize(
         )
 
 
-def _logged(log: Any) -> tuple[Progress, dict[str, float]]:
+def logged_progress(log: Any) -> tuple[Progress, dict[str, float]]:
     """Progress to the run's log; and the seconds from the start until each view's
     last trace was written (its Spark time: a view's jobs overlap its neighbours')."""
     started = time.monotonic()
