@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dagster as dg
@@ -19,7 +20,9 @@ from pyspark.sql import SparkSession
 from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline import open_pipeline
+from dd_etl.pipeline.lock import TickRunning, tick_lock
 from dd_etl.pipeline.ticks import last_tick
+from dd_etl.pipeline.verify import compare, verify
 from dd_etl.trace.audit import frontier_problems
 from dd_etl.trace.state import TraceState
 from tests.test_pipeline_fixtures import BY_PC_SQL, ZONES, bag, change_data, oracle, write_pipeline
@@ -107,6 +110,32 @@ def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
     audit = defs.resolve_job_def("e2e_audit").execute_in_process(instance=instance)
     assert audit.success
     assert checks(audit) == {("by_pc", "equivalence"): True, ("zoned", "equivalence"): True}
+
+    # a large view is compared on a hash sample of its rows: the same rows on both
+    # sides, so wrong rows that fall in the sample are still found
+    p = open_pipeline(pipeline, spark)
+    sampled = verify(p, ["zoned"], sample_above=5)
+    assert sampled.ok and "sample)" in sampled.checked[0], sampled.checked
+    expected = p.runtime.trace(p.flow.views["zoned"]).read_at(None)
+    wrong = expected.withColumn("_diff", expected["_diff"] + 1)  # every row off by one
+    whole = compare(expected, wrong, "view zoned", 3)
+    half = compare(expected, wrong, "view zoned", 3, fraction=0.5)
+    assert whole is not None and half is not None
+    assert whole.differences == len(oracle(tmp_path, "zoned"))  # distinct rows
+    assert 0 < half.differences < whole.differences
+
+
+def test_one_tick_at_a_time_per_pipeline(tmp_path: Path) -> None:
+    pipeline: Any = SimpleNamespace(name="e2e", warehouse=tmp_path)
+
+    def another_tick() -> None:
+        with tick_lock(pipeline):
+            pass
+
+    with tick_lock(pipeline), pytest.raises(TickRunning, match="another tick of pipeline 'e2e'"):
+        another_tick()
+    with tick_lock(pipeline):
+        pass  # released when its holder is done
 
 
 def test_backfills_load_history_rebuild_and_restate(spark: SparkSession, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from dd_etl.dagster.metadata import source_metadata, view_metadata
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.pipeline.build import Pipeline, open_pipeline, referenced_tables, view_order
-from dd_etl.pipeline.config import LoadedConfig
+from dd_etl.pipeline.config import LoadedConfig, load_config
 from dd_etl.pipeline.errors import PipelineError
 from dd_etl.pipeline.tick import Progress, run_tick
 from dd_etl.plan.dataflow import PlanError
@@ -148,8 +148,6 @@ def logged_progress(log: Any) -> tuple[Progress, dict[str, float]]:
 
 def open_for(file: Path, spark: SparkResource) -> Pipeline:
     """The pipeline on the resource's Spark (its own settings unless overridden)."""
-    from dd_etl.pipeline.config import load_config
-
     settings = load_config(file).config.spark
     return open_pipeline(file, spark.session(settings.master, settings.conf))
 

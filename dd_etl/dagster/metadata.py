@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import dagster as dg
+from pyspark.sql import functions as F
 
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.plan import nodes as n
+from dd_etl.trace.columns import DIFF
 from dd_etl.trace.state import TraceState
 
 PREVIEW_ROWS = 10
@@ -61,8 +63,8 @@ def view_metadata(
                 for b in state.batches
                 if lower <= (b.description.lower.epoch_bound() or 0) < upper
             )
+    count = rt.trace(node).read_at(None).agg(F.sum(DIFF)).collect()[0][0] or 0  # bag size
     rows = rt.read(view)
-    count = rows.count()
     preview = rows.limit(PREVIEW_ROWS).collect()
     return {
         "epochs": f"{lower}..{upper - 1}" if upper > lower else "none (up to date)",

@@ -13,27 +13,12 @@ from collections.abc import Callable
 
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.errors import PipelineError
+from dd_etl.pipeline.status import tick_due
 from dd_etl.pipeline.tick import Progress, TickReport, _quiet, next_epoch, run_tick
-from dd_etl.sources.base import Position, read_position
-from dd_etl.trace.delta_trace import DeltaTrace
 
 
 class EpochOutOfOrder(PipelineError):
     pass
-
-
-def caught_up(pipeline: Pipeline) -> bool:
-    """Every source's position covers all it holds (no Spark job)."""
-    rt = pipeline.runtime
-    return all(
-        pipeline.readers[name].caught_up(_position(rt.trace(node)))
-        for name, node in pipeline.flow.sources.items()
-    )
-
-
-def _position(trace: DeltaTrace) -> Position | None:
-    trace.reload()
-    return read_position(trace)
 
 
 def load_history(
@@ -49,7 +34,7 @@ def load_history(
     ``from_epoch`` past the next one is refused; epochs already committed are skipped."""
     if per_epoch < 1:
         raise PipelineError(f"per_epoch must be at least 1, not {per_epoch}")
-    epoch, resumed = next_epoch(pipeline)
+    epoch, _ = next_epoch(pipeline)
     if from_epoch is not None and from_epoch > epoch:
         raise EpochOutOfOrder(
             f"epochs are taken in order: pipeline {pipeline.name!r} is at epoch {epoch}, "
@@ -59,11 +44,11 @@ def load_history(
     while True:
         if to_epoch is not None and epoch > to_epoch:
             break  # already committed: nothing to do
-        if not resumed and caught_up(pipeline):
+        if tick_due(pipeline.loaded) is None:  # caught up, no epoch left open
             break
         report = run_tick(pipeline, progress, limit=per_epoch)
         done.append(report)
         if on_epoch is not None:
             on_epoch(report)
-        epoch, resumed = next_epoch(pipeline)
+        epoch, _ = next_epoch(pipeline)
     return done
