@@ -58,7 +58,7 @@ def view_rows(spark: SparkSession, pipeline: Path, view: str) -> Counter[str]:
 def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    pipeline = write_pipeline(tmp_path, "dg_ticks", by_pc_sql=BY_PC_SQL)
+    pipeline = write_pipeline(tmp_path, "dg_ticks", by_pc_sql=BY_PC_SQL, zoned_refresh="auto")
     defs = definitions(pipeline)
     graph = defs.resolve_asset_graph()
     assert graph.get(BY_PC).parent_keys == {TRIPS}  # lineage read from the SQL
@@ -75,6 +75,11 @@ def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
         assert meta[TRIPS]["epoch"] == epoch and meta[TRIPS]["upper"] == epoch + 1
         assert meta[BY_PC]["epochs"] == f"{epoch}..{epoch}"
         assert meta[BY_PC]["upper"] == epoch + 1
+        assert meta[BY_PC]["refresh"] == "incremental (refresh: incremental)"
+        if epoch == 0:
+            assert meta[ZONED]["refresh"].startswith("incremental (first build")
+        else:
+            assert "changed source records against" in meta[ZONED]["refresh"]
         assert meta[BY_PC]["rows out"] > 0 and meta[BY_PC]["rows in"] > 0
         assert meta[BY_PC]["dagster/row_count"] == sum(oracle(tmp_path, "by_pc").values())
         assert meta[ZONED]["dagster/row_count"] == sum(oracle(tmp_path, "zoned").values())

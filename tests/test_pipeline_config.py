@@ -62,6 +62,10 @@ def error_of(tmp_path: Path, text: str) -> ConfigError:
          "sources.trips.storage_options.AWS_SECRET_ACCESS_KEY", 4,
          "environment variable DD_ETL_TEST_UNSET is not set"),
         (GOOD.replace("views:", "views: [\n"), "", 8, "not valid YAML"),
+        (GOOD + "    refresh: sometimes\n", "views.a.refresh", 8, "'auto', 'incremental'"),
+        (GOOD + "    full_refresh_above: 0.2\n", "views.a", 6, "applies to `refresh: auto`"),
+        (GOOD + "    refresh: auto\n    full_refresh_above: 0\n", "views.a.full_refresh_above",
+         9, "greater than 0"),
     ],
 )  # fmt: skip
 def test_config_errors_point_at_the_key(

@@ -39,7 +39,8 @@ def read_view(pipeline: Path, view: str, *extra: str) -> list[dict[str, object]]
 
 
 def test_views_follow_the_sources_epoch_by_epoch(spark: SparkSession, tmp_path: Path) -> None:
-    pipeline = write_pipeline(tmp_path, "e2e_views_follow")
+    # zoned is recomputed every epoch: its sink, history and change feed look the same
+    pipeline = write_pipeline(tmp_path, "e2e_views_follow", zoned_refresh="full")
     history: dict[int, dict[str, object]] = {}
     for epoch in range(EPOCHS):
         change_data(tmp_path, epoch)
@@ -81,6 +82,8 @@ def test_views_follow_the_sources_epoch_by_epoch(spark: SparkSession, tmp_path: 
 
     assert "ok" in cli("verify", str(pipeline))
     assert "count" in cli("explain", str(pipeline), "by_pc")
+    assert "refresh incremental: maintained" in cli("explain", str(pipeline), "by_pc")
+    assert "refresh full: recomputed every epoch" in cli("explain", str(pipeline), "zoned")
 
 
 def test_a_changed_sql_view_is_refused_until_rebuilt(spark: SparkSession, tmp_path: Path) -> None:

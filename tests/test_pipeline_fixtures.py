@@ -45,7 +45,9 @@ BY_PC_SQL = "SELECT pc, COUNT(*) AS trips FROM trips GROUP BY pc"
 BY_PC_V2_SQL = "SELECT pc, COUNT(*) AS trips FROM trips WHERE pc IS NOT NULL GROUP BY pc"
 
 
-def write_pipeline(root: Path, module: str, by_pc_sql: str | None = None) -> Path:
+def write_pipeline(
+    root: Path, module: str, by_pc_sql: str | None = None, zoned_refresh: str = "incremental"
+) -> Path:
     """The pipeline file under ``root`` (data under ``root/data``), with its views in
     ``root/<module>.py`` (a name unique per test: Python caches imported modules)."""
     (root / f"{module}.py").write_text(VIEWS_MODULE)
@@ -67,6 +69,7 @@ def write_pipeline(root: Path, module: str, by_pc_sql: str | None = None) -> Pat
             python: {module}:zoned
             inputs: [trips, zones]
             changes: {{path: out/zoned_changes}}
+            refresh: {zoned_refresh}
         """
     )
     path = root / "pipeline.yaml"

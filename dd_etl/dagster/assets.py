@@ -120,7 +120,12 @@ def _materialize(
         yield dg.MaterializeResult(asset_key=asset_key(pipeline.name, source), metadata=metadata)
     for view in views:
         metadata = view_metadata(
-            pipeline, view, lowers[view], report.views.get(view, 0), finished.get(view, 0.0)
+            pipeline,
+            view,
+            lowers[view],
+            report.views.get(view, 0),
+            finished.get(view, 0.0),
+            report.refresh.get(view),
         )
         yield dg.MaterializeResult(
             asset_key=asset_key(pipeline.name, view),

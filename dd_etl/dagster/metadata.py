@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.plan import nodes as n
+from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.trace.columns import DIFF
 from dd_etl.trace.state import TraceState
 
@@ -41,20 +42,26 @@ def source_metadata(pipeline: Pipeline, source: str, epoch: int, taken: str) -> 
 
 
 def view_metadata(
-    pipeline: Pipeline, view: str, lower: int, written: int, seconds: float
+    pipeline: Pipeline,
+    view: str,
+    lower: int,
+    written: int,
+    seconds: float,
+    refresh: RefreshChoice | None = None,
 ) -> dict[str, Any]:
-    """Epochs ``[lower, upper)`` processed, frontiers, rows in (source updates in
-    those epochs) and out (changes written), the batches of every trace the view is
-    computed from, Spark time, current row count and a preview."""
+    """Epochs ``[lower, upper)`` processed, how (incrementally or recomputed, and
+    why), frontiers, rows in (source updates in those epochs) and out (changes
+    written), the batches of every trace the view is computed from, Spark time,
+    current row count and a preview."""
     rt = pipeline.runtime
     node = pipeline.flow.views[view]
     f = frontiers(rt.trace(node).reload())
     upper = f["upper"] or 0
     rows_in = 0
     traces: dict[str, int] = {}
-    for x in rt.upstream_of(view):
-        if x.trace_name is None:
-            continue
+    recomputed = [view] if refresh is not None and refresh.mode == "full" else []
+    for x in rt.stateful_nodes([view], recomputed):
+        assert x.trace_name is not None
         state = rt.trace(x).reload()
         traces[x.trace_name] = len(state.batches)
         if isinstance(x, n.Source):
@@ -68,6 +75,7 @@ def view_metadata(
     preview = rows.limit(PREVIEW_ROWS).collect()
     return {
         "epochs": f"{lower}..{upper - 1}" if upper > lower else "none (up to date)",
+        "refresh": str(refresh) if refresh is not None else "nothing to compute",
         "upper": upper,
         "since": f["since"],
         "rows in": rows_in,

@@ -106,6 +106,7 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
         built = build_view(loaded, flow, name, view, tables)
         # compile_view registers SQL views itself; Python views are registered here
         tables[name] = built if name in flow.views else flow.view(name, built)
+        flow.refresh[name] = view.refresh_policy
     runtime = Runtime(flow, retain_epochs=config.compaction.retain_epochs)
     return Pipeline(loaded, spark, flow, runtime, readers, tables)
 

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dd_etl.pipeline.errors import ConfigError
+from dd_etl.plan.refresh import DEFAULT_FULL_ABOVE, Policy, RefreshPolicy
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """Source and view names are SQL table names and directory names."""
@@ -90,11 +91,25 @@ class ViewConfig(_Model):
     changes: SinkConfig | None = None
     """A Delta table of the view's changes: its columns, ``_epoch``, ``_diff``."""
     description: str | None = None
+    refresh: Policy = "incremental"
+    """``incremental``: maintain the view from the changes, never recompute it;
+    ``full``: recompute it every epoch (its operator state is not kept);
+    ``auto``: recompute when the changes exceed ``full_refresh_above`` of the data
+    its sources hold, else maintain it."""
+    full_refresh_above: float | None = Field(default=None, gt=0)
+    """``auto`` only: the share of changed to held source records above which the
+    view is recomputed (default 0.5)."""
+
+    @property
+    def refresh_policy(self) -> RefreshPolicy:
+        return RefreshPolicy(self.refresh, self.full_refresh_above or DEFAULT_FULL_ABOVE)
 
     @model_validator(mode="after")
     def _one_definition(self) -> ViewConfig:
         if (self.sql is None) == (self.python is None):
             raise ValueError("give exactly one of `sql` or `python`")
+        if self.full_refresh_above is not None and self.refresh != "auto":
+            raise ValueError("`full_refresh_above` applies to `refresh: auto` only")
         if self.inputs is not None and self.sql is not None:
             raise ValueError("`inputs` is for python views; SQL views name their tables")
         return self

@@ -10,4 +10,5 @@ from dd_etl.plan.sql import explain
 def explain_view(pipeline: Pipeline, view: str) -> str:
     if view not in pipeline.flow.views:
         raise PlanError(f"unknown view {view!r}; views are {sorted(pipeline.flow.views)}")
-    return explain(pipeline.collections[view])
+    policy = pipeline.flow.refresh_policy(view).describe()
+    return f"{explain(pipeline.collections[view])}\nrefresh {policy}"

@@ -13,8 +13,6 @@ is rebuilt.
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -25,14 +23,7 @@ from dd_etl.pipeline.config import load_config
 from dd_etl.pipeline.errors import PipelineError
 from dd_etl.plan import nodes as n
 from dd_etl.sources.base import POSITION_META
-
-
-def readable_from(pipeline: Pipeline, view: str) -> int:
-    """The first epoch a rebuilt ``view`` can be read as of: its sources' history
-    before their ``since`` is compacted, so a recomputation cannot tell it apart."""
-    rt = pipeline.runtime
-    sources = [x for x in rt.upstream_of(view) if isinstance(x, n.Source)]
-    return max((rt.trace(s).reload().since.epoch_bound() or 0 for s in sources), default=0)
+from dd_etl.trace.delta_trace import discard_table
 
 
 def rebuild_views(pipeline: Pipeline, views: list[str], from_epoch: int | None = None) -> list[str]:
@@ -43,7 +34,7 @@ def rebuild_views(pipeline: Pipeline, views: list[str], from_epoch: int | None =
     if the sources' history was already compacted past it."""
     if from_epoch is not None:
         for view in pipeline.runtime.dependants(views):
-            first = readable_from(pipeline, view)
+            first = pipeline.runtime.readable_from(view)
             if first > from_epoch:
                 raise PipelineError(
                     f"view {view!r} cannot be rebuilt readable from epoch {from_epoch}: the "
@@ -58,7 +49,7 @@ def rebuild_views(pipeline: Pipeline, views: list[str], from_epoch: int | None =
                 continue
             columns = [f.name for f in DeltaTable(sink.uri).schema().fields]
             if sink.table.schema is not None and columns != sink.table.schema.fieldNames():
-                _discard(Path(sink.uri))
+                discard_table(Path(sink.uri))
     return names
 
 
@@ -93,18 +84,10 @@ def rebuild_source(file: str | Path, source: str, spark: SparkSession | None = N
             "contents, less what the pipeline holds, become one epoch of changes"
         )
     views = readers_of(pipeline, source)
-    _discard(warehouse / "sources" / source)
+    pipeline.runtime.discard(pipeline.flow.sources[source])
     fresh = open_pipeline(file, pipeline.spark)
     rebuilt = rebuild_views(fresh, views) if views else []
     return (
         f"source {source} changed its columns: it starts over at the next run "
         f"(empty before it); views rebuilt: {', '.join(rebuilt) or 'none'}"
     )
-
-
-def _discard(path: Path) -> None:
-    """Rename away (atomic), then delete: a crash leaves the old table or none."""
-    if path.exists():
-        doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
-        path.rename(doomed)
-        shutil.rmtree(doomed)

@@ -33,6 +33,7 @@ from dd_etl.pipeline.errors import PipelineError, SourceError
 from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.ticks import TickRecord, last_tick, record_tick
 from dd_etl.plan import nodes as n
+from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.runtime.runner import epoch_of
 from dd_etl.sources.base import Capture, encode_position, read_position
 
@@ -50,6 +51,7 @@ class TickReport:
     resumed: bool  # completed a tick that had crashed
     sources: dict[str, str] = field(default_factory=dict)
     views: dict[str, int] = field(default_factory=dict)
+    refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views that computed
     sinks: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     complete: bool = False  # every source, view and sink has the epoch
@@ -112,7 +114,12 @@ def tick_holding_lock(
     chosen = list(pipeline.flow.views) if views is None else list(views)
     if chosen:
         progress("run", "", 0.0)
-        run = rt.run(_per_view(pipeline, chosen, progress), views=chosen)
+        report.refresh = rt.choose_refresh(chosen)
+        recomputed = [v for v, c in report.refresh.items() if c.mode == "full"]
+        for view, choice in report.refresh.items():
+            progress(f"refresh:{view}", str(choice))
+        on_trace = _per_view(pipeline, chosen, recomputed, progress)
+        run = rt.run(on_trace, views=chosen, refresh=report.refresh)
         report.views = {v: run.views.get(v, 0) for v in chosen}
         progress("run", f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date")
     for view in chosen:
@@ -163,12 +170,14 @@ def epoch_complete(pipeline: Pipeline, epoch: int) -> bool:
     return True
 
 
-def _per_view(pipeline: Pipeline, views: list[str], progress: Progress) -> Callable[[n.Node], None]:
+def _per_view(
+    pipeline: Pipeline, views: list[str], recomputed: list[str], progress: Progress
+) -> Callable[[n.Node], None]:
     """A callback for each trace the run brings up to date, reported as the share of
     each view's traces done (traces shared by views count for each)."""
     rt = pipeline.runtime
     traces = {
-        view: {x.id for x in rt.upstream_of(view) if x.trace_name and x.inputs} for view in views
+        view: {x.id for x in rt.stateful_nodes([view], recomputed) if x.inputs} for view in views
     }
     done = dict.fromkeys(traces, 0)
     lock = threading.Lock()

@@ -27,6 +27,7 @@ from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import node_id
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
+from dd_etl.plan.refresh import RefreshPolicy
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ class Dataflow:
         self.name = name
         self.sources: dict[str, n.Source] = {}
         self.views: dict[str, n.View] = {}
+        self.refresh: dict[str, RefreshPolicy] = {}
+        """Views not maintained incrementally only (not part of any plan id: changing
+        a view's policy needs no rebuild)."""
         self._arrangements: dict[tuple[str, tuple[str, ...]], n.Arrange] = {}
         self._empty: dict[str, DataFrame] = {}
 
@@ -77,7 +81,9 @@ class Dataflow:
         rows = self.spark.createDataFrame(list(node.rows), node.schema)
         return rows.withColumn(TIME, F.lit(0).cast("long")).withColumn(DIFF, F.lit(1).cast("long"))
 
-    def view(self, name: str, collection: Collection) -> Collection:
+    def view(
+        self, name: str, collection: Collection, refresh: RefreshPolicy | None = None
+    ) -> Collection:
         if name in self.views:
             raise PlanError(f"view {name!r} is defined twice")
         # Structural like every id, so what reads a view changes when its definition does.
@@ -85,7 +91,12 @@ class Dataflow:
         view_id = node_id("view", (collection.node.id,), schema, name=name)
         node = n.View(view_id, (collection.node,), schema, name=name)
         self.views[name] = node
+        if refresh is not None:
+            self.refresh[name] = refresh
         return Collection(self, node)
+
+    def refresh_policy(self, view: str) -> RefreshPolicy:
+        return self.refresh.get(view, RefreshPolicy())
 
     def arrangement(self, node: n.Node, key: tuple[str, ...]) -> n.Arrange:
         """The arrangement of ``node`` by ``key``, created once and shared."""

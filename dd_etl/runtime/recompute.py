@@ -10,6 +10,7 @@ its delta logic: no traces of intermediate results, no interesting times.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -23,12 +24,17 @@ from dd_etl.plan.iteration import body_of
 from dd_etl.runtime.iteration import LoopDiverged
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
-from dd_etl.runtime.runner import Runtime
 from dd_etl.trace.columns import DIFF, TIME
 
+if TYPE_CHECKING:
+    from dd_etl.runtime.runner import Runtime
 
-def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
-    """The view at epoch ``at`` as distinct rows with their multiplicity ``_diff``."""
+
+def recompute(runtime: Runtime, view: str, at: int, read_views: bool = False) -> DataFrame:
+    """The view at epoch ``at`` as distinct rows with their multiplicity ``_diff``.
+
+    ``read_views``: the views it reads are read from their traces (up to date
+    and trusted) instead of being recomputed too."""
     memo: dict[str, DataFrame] = {}
 
     def evaluate(node: n.Node) -> DataFrame:
@@ -38,7 +44,9 @@ def recompute(runtime: Runtime, view: str, at: int) -> DataFrame:
 
     def _evaluate(node: n.Node) -> DataFrame:
         ins = node.inputs
-        if isinstance(node, n.Source):
+        if isinstance(node, n.Source) or (
+            read_views and isinstance(node, n.View) and node.name != view
+        ):
             trace = runtime.trace(node)
             trace.reload()  # maintenance elsewhere may have merged (and vacuumed) batches
             return trace.read_at((at,))

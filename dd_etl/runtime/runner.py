@@ -20,9 +20,8 @@ run reads history strictly before its ``lower``, which may then be compacted.
 
 from __future__ import annotations
 
-import shutil
-import uuid
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +38,16 @@ from dd_etl.operators.reduce import delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
 from dd_etl.plan.iteration import inner_traces
+from dd_etl.plan.refresh import RefreshChoice, choose
+from dd_etl.runtime.full_refresh import full_changes, pending_records, private_state
 from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
-from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
+
+log = logging.getLogger(__name__)
 
 RUNTIME_READER = "runtime"
 PARALLEL_TRACES = 4
@@ -71,6 +74,7 @@ class RunReport:
     upper: int
     views: dict[str, int] = field(default_factory=dict)  # change records this run wrote per view
     rounds: list[Round] = field(default_factory=list)  # what each loop iteration processed
+    refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views with pending epochs
 
     @property
     def epochs(self) -> int:
@@ -130,11 +134,18 @@ class Runtime:
             return node.key
         return tuple(node.columns)
 
-    def stateful_nodes(self, views: Sequence[str] | None = None) -> list[n.Node]:
+    def stateful_nodes(
+        self, views: Sequence[str] | None = None, recomputed: Collection[str] | None = None
+    ) -> list[n.Node]:
         """Every node with a trace that ``views`` (default: all) depend on, inputs
-        before users."""
+        before users. Of a view in ``recomputed`` (default: those whose refresh
+        policy is ``full``) only the sources and views it reads: its operator
+        state is not maintained."""
         roots = self.flow.views.values() if views is None else [self._view(v) for v in views]
-        nodes = upstream(list(roots))
+        if recomputed is None:
+            policies = {v: self.flow.refresh_policy(v).policy for v in self.flow.views}
+            recomputed = [v for v, policy in policies.items() if policy == "full"]
+        nodes = upstream(list(roots), recomputed)
         return [x for x in nodes if x.trace_name is not None]
 
     # ------------------------------------------------------------------ input
@@ -163,8 +174,11 @@ class Runtime:
 
     # -------------------------------------------------------------------- run
 
-    def pending(self, views: Sequence[str] | None = None) -> tuple[int, int]:
-        nodes = self.stateful_nodes(views)
+    def pending(
+        self, views: Sequence[str] | None = None, recomputed: Collection[str] | None = None
+    ) -> tuple[int, int]:
+        """The epochs ``[lower, upper)`` a run of ``views`` has to compute."""
+        nodes = self.stateful_nodes(views, recomputed)
         sources = [x for x in nodes if isinstance(x, n.Source)]
         upper = epoch_of(meet_all(self.trace(s).reload().upper for s in sources)) if sources else 0
         maintained = [x for x in nodes if not isinstance(x, n.Source)]
@@ -183,15 +197,21 @@ class Runtime:
         self,
         on_trace: Callable[[n.Node], None] | None = None,
         views: Sequence[str] | None = None,
+        refresh: Mapping[str, RefreshChoice] | None = None,
     ) -> RunReport:
         """Bring ``views`` (default: all) up to date, as far as the sources they read
-        allow; ``on_trace(node)`` hears of each trace done."""
+        allow; ``on_trace(node)`` hears of each trace done. ``refresh``: how each
+        view is brought up to date (default: ``choose_refresh``)."""
         self.check_plans()
-        lower, upper = self.pending(views)
-        report = RunReport(lower, upper)
+        chosen = list(self.flow.views) if views is None else [self._view(v).name for v in views]
+        refresh = dict(self.choose_refresh(chosen) if refresh is None else refresh)
+        full = {v for v, c in refresh.items() if c.mode == "full"}
+        lower, upper = self.pending(chosen, full)
+        report = RunReport(lower, upper, refresh=refresh)
         if lower >= upper:
             return report
-        interval = _Interval(self, lower, upper)
+        self._discard_unmaintained(full)
+        interval = _Interval(self, lower, upper, full)
         with ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
             # Traces of one depth depend only on shallower ones: write them side by
             # side, so Spark overlaps their small jobs instead of running one at a time.
@@ -200,13 +220,28 @@ class Runtime:
                 if on_trace is not None:
                     on_trace(node)
 
-            for layer in self.layers(views):
+            for layer in self.layers(chosen, full):
                 list(pool.map(bring, layer))
-            list(pool.map(lambda node: self._release(node, upper), self.stateful_nodes(views)))
-        chosen = self.flow.views if views is None else {v: self._view(v) for v in views}
-        report.views = {name: interval.written.get(v.id, 0) for name, v in chosen.items()}
+            maintained = self.stateful_nodes(chosen, full)
+            list(pool.map(lambda node: self._release(node, upper), maintained))
+        report.views = {v: interval.written.get(self.flow.views[v].id, 0) for v in chosen}
         report.rounds = interval.rounds
         return report
+
+    def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:
+        """How each of ``views`` with epochs pending is brought up to date (logged)."""
+        choices: dict[str, RefreshChoice] = {}
+        for name in views:
+            view = self.flow.views[name]
+            start = epoch_of(self.trace(view).reload().upper)
+            sources = [x for x in self.upstream_of(name) if isinstance(x, n.Source)]
+            if not sources or start >= min(epoch_of(self.trace(s).reload().upper) for s in sources):
+                continue
+            policy = self.flow.refresh_policy(name)
+            sizes = pending_records(self, view) if policy.policy == "auto" else (0, 0)
+            choices[name] = choose(name, policy, *sizes, first_build=start == 0)
+            log.info("view %s: %s", name, choices[name])
+        return choices
 
     def dependants(self, views: Sequence[str]) -> list[str]:
         """``views`` and every view that reads one of them, directly or through others."""
@@ -215,6 +250,12 @@ class Runtime:
 
     def upstream_of(self, view: str) -> list[n.Node]:
         return upstream([self._view(view)])
+
+    def readable_from(self, view: str) -> int:
+        """The first epoch ``view`` can be recomputed as of: its sources' history
+        before their ``since`` is compacted, so no recomputation can tell it apart."""
+        sources = [x for x in self.upstream_of(view) if isinstance(x, n.Source)]
+        return max((self.trace(s).reload().since.epoch_bound() or 0 for s in sources), default=0)
 
     def rebuild(self, views: Sequence[str]) -> list[str]:
         """Discard the results of ``views`` and of the views that read them, so the next
@@ -228,22 +269,35 @@ class Runtime:
         names = self.dependants(views)
         for name in names:
             node = self.flow.views[name]
-            # Accurate only where every source it reads is: from the join of their sinces.
-            since = Antichain.from_epoch(0)
-            for source in (x for x in upstream([node]) if isinstance(x, n.Source)):
-                since = since.join(self.trace(source).reload().since)
-            self._traces.pop(node.trace_name, None)
-            path = Path(self.flow.warehouse) / node.trace_name
-            if path.exists():
-                doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
-                path.rename(doomed)
-                shutil.rmtree(doomed)
+            since = Antichain.from_epoch(self.readable_from(name))
+            self.discard(node)
             trace = self.trace(node)
             for reader in (RUNTIME_READER, RETENTION_READER):
                 trace.downgrade_reader(reader, since, since)
         return names
 
-    def layers(self, views: Sequence[str] | None = None) -> list[list[n.Node]]:
+    def _discard_unmaintained(self, recomputed: Collection[str]) -> None:
+        """Drop the operator state of recomputed views that no maintained view
+        shares: left behind, it would hold the sources' compaction back."""
+        maintained = [v for name, v in self.flow.views.items() if name not in recomputed]
+        for name in recomputed:
+            for node in private_state(self, self.flow.views[name], maintained):
+                self.discard(node)
+
+    def discard(self, node: n.Node) -> None:
+        """Delete a node's trace (and a loop's inner traces): each is renamed away
+        first (atomic), so a crash leaves either all of it or none."""
+        assert node.trace_name is not None
+        names = [node.trace_name]
+        if isinstance(node, n.Iterate):
+            names += [node.inner_trace_name(x) for x in inner_traces(node)]
+        for name in names:
+            self._traces.pop(name, None)
+            discard_table(Path(self.flow.warehouse) / name)
+
+    def layers(
+        self, views: Sequence[str] | None = None, recomputed: Collection[str] | None = None
+    ) -> list[list[n.Node]]:
         """The stateful nodes grouped by how many traces lie between them and the sources."""
         depth: dict[str, int] = {}
 
@@ -254,7 +308,7 @@ class Runtime:
             return depth[node.id]
 
         layers: dict[int, list[n.Node]] = {}
-        for node in self.stateful_nodes(views):
+        for node in self.stateful_nodes(views, recomputed):
             layers.setdefault(depth_of(node), []).append(node)
         return [layers[d] for d in sorted(layers)]
 
@@ -306,28 +360,39 @@ class Runtime:
         return self.flow.views[name]
 
 
-def upstream(roots: Sequence[n.Node]) -> list[n.Node]:
-    """``roots`` and every node they read, each once, inputs before their users."""
+def upstream(roots: Sequence[n.Node], recomputed: Collection[str] = ()) -> list[n.Node]:
+    """``roots`` and every node they read, each once, inputs before their users.
+    Under a view in ``recomputed`` only sources and views count."""
     seen: dict[str, n.Node] = {}
+    passed: set[str] = set()  # under a recomputed view only
 
-    def visit(node: n.Node) -> None:
-        if node.id not in seen:
-            for i in node.inputs:
-                visit(i)
+    def visit(node: n.Node, kept: bool) -> None:
+        kept = kept or isinstance(node, n.Source | n.View)
+        if node.id in seen or (not kept and node.id in passed):
+            return
+        inside = kept and not (isinstance(node, n.View) and node.name in recomputed)
+        for i in node.inputs:
+            visit(i, inside)
+        if kept:
             seen[node.id] = node
+        else:
+            passed.add(node.id)
 
     for root in roots:
-        visit(root)
+        visit(root, True)
     return list(seen.values())
 
 
 class _Interval:
     """The changes of every node for one run's interval ``[lower, upper)``."""
 
-    def __init__(self, runtime: Runtime, lower: int, upper: int) -> None:
+    def __init__(
+        self, runtime: Runtime, lower: int, upper: int, recomputed: Collection[str] = ()
+    ) -> None:
         self.rt = runtime
         self.lower = lower
         self.upper = upper
+        self.recomputed = recomputed
         self._deltas: dict[str, DataFrame] = {}
         self.written: dict[str, int] = {}  # records appended per node by this run
         self.rounds: list[Round] = []
@@ -376,6 +441,9 @@ class _Interval:
         done = apply_linear(node, self.delta)
         if done is not None:
             return done
+        if isinstance(node, n.View) and node.name in self.recomputed:
+            start = epoch_of(self.rt.trace(node).state.upper)
+            return self._from_trace(node, lambda: full_changes(self.rt, node, start, self.upper))
         if isinstance(node, n.Arrange | n.View):
             return self._from_trace(node, lambda: self.delta(ins[0]))
         if isinstance(node, n.Join):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 import uuid
 from bisect import bisect_left
@@ -200,6 +201,15 @@ class DeltaTrace(Trace[DataFrame]):
             if d != root / "data" and not any(d.iterdir()):
                 d.rmdir()
         return removed
+
+
+def discard_table(path: Path) -> None:
+    """Delete a table: renamed away first (atomic), so a crash leaves either all of
+    it or none, never a log without its files."""
+    if path.exists():
+        doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
+        path.rename(doomed)
+        shutil.rmtree(doomed)
 
 
 def _holds_any(file: DataFile, sorted_hashes: list[int]) -> bool:
