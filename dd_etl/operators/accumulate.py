@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import NumericType
 
 from dd_etl.operators.join import History
-from dd_etl.operators.reduce import null_safe_join
+from dd_etl.operators.reduce import AT, Reducer, null_safe_join
 from dd_etl.trace.columns import DIFF, TIME
 
 ROWS = "__rows"
@@ -46,6 +46,18 @@ def contributions(d_in: DataFrame, key: Sequence[str], values: Sequence[str]) ->
         added = F.sum(F.col(v) * diff) if numeric else F.lit(None).cast("long")
         parts += [F.sum(present).alias(nn(v)), added.alias(total(v))]
     return d_in.groupBy(*key, TIME).agg(*parts)
+
+
+def accumulation(values: Sequence[str]) -> Reducer:
+    """The accumulation recomputed per key from its accumulated input, as a
+    reduction: how a loop keeps COUNT/SUM, whose times are only partially ordered,
+    so no running sum in time order exists."""
+
+    def accumulate(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+        at = contributions(acc.withColumnRenamed(AT, TIME), key, values)
+        return at.withColumnRenamed(TIME, AT).withColumn(DIFF, F.lit(1).cast("long"))
+
+    return accumulate
 
 
 def delta_accumulate(

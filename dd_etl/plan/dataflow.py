@@ -26,7 +26,7 @@ from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import node_id
-from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
+from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate, reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -430,8 +430,12 @@ class Collection:
     def accumulate(self, key: Sequence[str], values: Sequence[str]) -> Collection:
         """Running ``(rows, non-NULL count, sum)`` per key of each value column."""
         key, values = tuple(key), tuple(values)
-        # No arrangement of the input: accumulation never reads the input's history.
         schema = self.flow.infer([self.node], lambda df: contributions(df, key, values))
+        if reads_loop_variable(self.node):
+            # Loop times are partially ordered: no running sum in time order exists,
+            # so each touched key is recomputed from its input, as any reduction.
+            return self._reduce(key, "accumulate", schema, values=values)
+        # No arrangement of the input: accumulation never reads the input's history.
         node = n.Accumulate(
             node_id("accumulate", (self.node.id,), schema, key=key, values=values),
             (self.node,),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from dd_etl.plan.aggregates import count, sum_
 from dd_etl.plan.dataflow import Collection, PlanError
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT
 
@@ -118,6 +119,45 @@ def connected_components(
         return start.concat(nxt).extreme("min", [node], "component", hierarchical=False)
 
     return start.iterate(step, max_iterations=max_iterations)
+
+
+def k_core(
+    edges: Collection,
+    k: float,
+    *,
+    src: str = "src",
+    dst: str = "dst",
+    weight: str | None = None,
+    node: str = "node",
+    max_iterations: int = DEFAULT_ITERATION_LIMIT,
+) -> Collection:
+    """The nodes of the ``k``-core of the graph with edges taken both ways (self
+    loops ignored), as ``(node)``: every node has at least ``k`` neighbours in it
+    (with ``weight``: edge weights to them summing to at least ``k``). Found by
+    peeling: from all nodes, keep those whose degree among the nodes kept is at
+    least ``k``, until none is dropped. The degrees are COUNT (or SUM) aggregates
+    inside the loop."""
+    _require(edges, [src, dst, *([weight] if weight else [])], "edges")
+    w = F.col(weight) if weight else F.lit(1).cast("long")
+    forward = edges.select(F.col(src).alias("__src"), F.col(dst).alias("__dst"), w.alias("__w"))
+    backward = forward.select(F.col("__dst").alias("__src"), F.col("__src").alias("__dst"), "__w")
+    # parallel edges count once (with their least weight)
+    arcs = (
+        forward.concat(backward)
+        .filter(F.col("__src") != F.col("__dst"))
+        .extreme("min", ["__src", "__dst"], "__w", hierarchical=False)
+    )
+    start = arcs.select(F.col("__src").alias(node)).distinct()
+    degree = sum_("__w") if weight else count()
+
+    def peel(kept: Collection) -> Collection:
+        inside = arcs.semijoin(kept, left_on=["__src"], right_on=[node]).semijoin(
+            kept, left_on=["__dst"], right_on=[node]
+        )
+        degrees = inside.aggregate(["__src"], __degree=degree)
+        return degrees.filter(F.col("__degree") >= k).select(F.col("__src").alias(node))
+
+    return start.iterate(peel, max_iterations=max_iterations)
 
 
 def _require(c: Collection, columns: list[str], what: str) -> None:

@@ -35,9 +35,9 @@ INNER_OPERATORS = (
     n.Join,
     n.Reduce,
 )
-"""What may run inside a loop. Aggregates with COUNT/SUM (``Accumulate``) and
-multi-way joins (``DeltaQuery``) have no loop form yet; a loop inside a loop
-neither."""
+"""What may run inside a loop. COUNT/SUM inside a loop are built as reductions
+(``Collection.accumulate``); multi-way joins (``DeltaQuery``) have no loop form
+yet, and a loop inside a loop neither."""
 
 
 def build_iterate(
@@ -78,6 +78,19 @@ def build_iterate(
         limit=limit,
     )
     return Collection(flow, loop)
+
+
+def reads_loop_variable(node: n.Node) -> bool:
+    """Whether ``node`` is being built inside a loop's body."""
+    seen: set[str] = set()
+
+    def visit(x: n.Node) -> bool:
+        if x.id in seen:
+            return False
+        seen.add(x.id)
+        return isinstance(x, n.Variable) or any(visit(i) for i in x.inputs)
+
+    return visit(node)
 
 
 def body_of(loop: n.Iterate) -> list[n.Node]:

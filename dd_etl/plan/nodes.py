@@ -16,7 +16,9 @@ from pyspark.sql.types import StructType
 from dd_etl.operators.delta_query import Lookup
 from dd_etl.operators.linear import Expr
 
-ReduceKind = Literal["distinct", "count", "min", "max", "top_k", "threshold", "collapse", "general"]
+ReduceKind = Literal[
+    "distinct", "count", "min", "max", "top_k", "threshold", "collapse", "general", "accumulate"
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,6 +130,7 @@ class Reduce(Node):
     limit: int = 0  # top_k: rows kept per key
     multiplicity: str = ""  # threshold: SQL expression of `_diff`, the row's count
     function: Callable[[Any], Any] | None = None  # general: pandas group -> pandas rows
+    values: tuple[str, ...] = ()  # accumulate: the columns counted and summed
 
     @property
     def trace_name(self) -> str:

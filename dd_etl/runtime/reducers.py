@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dd_etl.operators.accumulate import accumulation
 from dd_etl.operators.reduce import (
     Reducer,
     collapse,
@@ -26,6 +27,8 @@ def reducer_for(node: n.Reduce) -> Reducer:
         return threshold(node.multiplicity)
     if node.kind == "collapse":
         return collapse
+    if node.kind == "accumulate":
+        return accumulation(node.values)
     if node.kind == "general":
         assert node.function is not None
         return pandas_reduce(node.function, node.schema)
