@@ -15,7 +15,7 @@ sources' compaction back for state nobody may need again.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
@@ -64,19 +64,16 @@ def pending_records(rt: Runtime, view: n.View) -> tuple[int, int]:
     return change, data
 
 
-def private_state(rt: Runtime, view: n.View, shared_with: Iterable[n.View]) -> list[n.Node]:
+def private_state(rt: Runtime, view: n.View, recomputed: Collection[str]) -> list[n.Node]:
     """Operator state only ``view`` uses: upstream of it, not a source or a view,
-    and not upstream of any of ``shared_with``."""
-    used = {x.id for x in _upstream(rt, shared_with)}
+    and not maintained for any view outside ``recomputed``."""
+    others = [v for v in rt.flow.views if v not in recomputed]
+    used = {x.id for x in rt.stateful_nodes(others, recomputed)}
     return [
         x
         for x in rt.upstream_of(view.name)
         if x.trace_name is not None and not isinstance(x, n.Source | n.View) and x.id not in used
     ]
-
-
-def _upstream(rt: Runtime, views: Iterable[n.View]) -> list[n.Node]:
-    return [x for v in views for x in rt.upstream_of(v.name)]
 
 
 def _at(df: DataFrame, epoch: int) -> DataFrame:

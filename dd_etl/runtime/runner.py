@@ -206,7 +206,9 @@ class Runtime:
         chosen = list(self.flow.views) if views is None else [self._view(v).name for v in views]
         refresh = dict(self.choose_refresh(chosen) if refresh is None else refresh)
         full = {v for v, c in refresh.items() if c.mode == "full"}
-        lower, upper = self.pending(chosen, full)
+        # Up-to-date views need none of their state: leave alone what a recompute dropped.
+        unmaintained = full | {v for v in chosen if v not in refresh and not self._behind(v)}
+        lower, upper = self.pending(chosen, unmaintained)
         report = RunReport(lower, upper, refresh=refresh)
         if lower >= upper:
             return report
@@ -220,9 +222,9 @@ class Runtime:
                 if on_trace is not None:
                     on_trace(node)
 
-            for layer in self.layers(chosen, full):
+            for layer in self.layers(chosen, unmaintained):
                 list(pool.map(bring, layer))
-            maintained = self.stateful_nodes(chosen, full)
+            maintained = self.stateful_nodes(chosen, unmaintained)
             list(pool.map(lambda node: self._release(node, upper), maintained))
         report.views = {v: interval.written.get(self.flow.views[v].id, 0) for v in chosen}
         report.rounds = interval.rounds
@@ -231,17 +233,20 @@ class Runtime:
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:
         """How each of ``views`` with epochs pending is brought up to date (logged)."""
         choices: dict[str, RefreshChoice] = {}
-        for name in views:
+        for name in (v for v in views if self._behind(v)):
             view = self.flow.views[name]
             start = epoch_of(self.trace(view).reload().upper)
-            sources = [x for x in self.upstream_of(name) if isinstance(x, n.Source)]
-            if not sources or start >= min(epoch_of(self.trace(s).reload().upper) for s in sources):
-                continue
             policy = self.flow.refresh_policy(name)
             sizes = pending_records(self, view) if policy.policy == "auto" else (0, 0)
             choices[name] = choose(name, policy, *sizes, first_build=start == 0)
             log.info("view %s: %s", name, choices[name])
         return choices
+
+    def _behind(self, view: str) -> bool:
+        """Whether the sources ``view`` reads hold epochs it has not computed."""
+        start = epoch_of(self.trace(self._view(view)).reload().upper)
+        sources = [x for x in self.upstream_of(view) if isinstance(x, n.Source)]
+        return not sources or start < min(epoch_of(self.trace(s).reload().upper) for s in sources)
 
     def dependants(self, views: Sequence[str]) -> list[str]:
         """``views`` and every view that reads one of them, directly or through others."""
@@ -279,9 +284,8 @@ class Runtime:
     def _discard_unmaintained(self, recomputed: Collection[str]) -> None:
         """Drop the operator state of recomputed views that no maintained view
         shares: left behind, it would hold the sources' compaction back."""
-        maintained = [v for name, v in self.flow.views.items() if name not in recomputed]
         for name in recomputed:
-            for node in private_state(self, self.flow.views[name], maintained):
+            for node in private_state(self, self.flow.views[name], recomputed):
                 self.discard(node)
 
     def discard(self, node: n.Node) -> None:
