@@ -8,9 +8,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import duckdb
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
@@ -21,6 +19,7 @@ from dd_etl.plan.sql import compile_view
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.full_refresh import private_state
 from dd_etl.trace.maintenance import maintain_warehouse
+from tests.sql_oracle import Row, append_changes, duckdb_results, mismatches
 
 
 def test_fixed_policies_ignore_sizes() -> None:
@@ -73,20 +72,6 @@ VIEWS: dict[str, tuple[str, RefreshPolicy]] = {
     "over_full": ("SELECT label, n FROM full_agg WHERE n >= 2", RefreshPolicy()),
 }
 
-Row = tuple[Any, ...]
-
-
-def oracle(tables: dict[str, Counter[Row]]) -> dict[str, Counter[Row]]:
-    con = duckdb.connect()
-    for name, bag in tables.items():
-        con.execute(f"CREATE TABLE {name} ({DUCKDB_TABLES[name]})")
-        if bag:
-            marks = ", ".join("?" * len(next(iter(bag))))
-            con.executemany(f"INSERT INTO {name} VALUES ({marks})", list(bag.elements()))
-    for name, (sql, _) in VIEWS.items():
-        con.execute(f"CREATE VIEW {name} AS {sql}")
-    return {name: Counter(con.execute(f"SELECT * FROM {name}").fetchall()) for name in VIEWS}
-
 
 @pytest.mark.spark
 def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Path) -> None:
@@ -126,13 +111,9 @@ def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Pa
     for epoch, changes in enumerate(plan):
         if epoch == 2:
             changes["trips"] += deletes(2)
-        for table in ("trips", "zones"):
+        for table, schema in (("trips", TRIPS), ("zones", ZONES)):
             rows = changes.get(table, [])
-            schema = StructType([*(TRIPS if table == "trips" else ZONES).fields,
-                                 StructField("_diff", LongType())])  # fmt: skip
-            rt.append_source(
-                table, spark.createDataFrame([(*r, d) for r, d in rows], schema), epoch
-            )
+            append_changes(spark, rt, table, schema, rows, epoch)
             for r, d in rows:
                 live[table][r] += d
         history.append({k: +v for k, v in live.items()})
@@ -172,15 +153,6 @@ def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Pa
     assert full_state
     assert not any((flow.warehouse / str(x.trace_name)).exists() for x in full_state)
     assert rt.run().epochs == 0
-    wrong = []
-    for name in VIEWS:
-        feed = rt.changes(name, 0, len(plan)).collect()
-        for epoch, tables in enumerate(history):
-            ours: Counter[Row] = Counter()
-            for r in feed:
-                if r["_time"] <= epoch:
-                    ours[tuple(r)[:-2]] += r["_diff"]
-            expected = oracle(tables)[name]
-            if +ours != expected or any(d < 0 for d in ours.values()):
-                wrong.append((name, epoch, ours, expected))
-    assert not wrong, wrong
+    sql = {name: query for name, (query, _) in VIEWS.items()}
+    expected = duckdb_results(history, DUCKDB_TABLES, sql)
+    assert not mismatches(rt, list(VIEWS), expected)

@@ -31,12 +31,59 @@ CROSS_KEY = "cross"
 
 
 def conjuncts(node: exp.Expr | None) -> list[exp.Expr]:
+    """The conjuncts of a condition. A conjunct of every branch of an OR is one
+    too: ``(a = b AND x) OR (a = b AND y)`` is ``a = b AND (x OR y)``, in SQL's
+    three-valued logic as in two, so a join key repeated in each branch (TPC-H
+    Q19) still makes an equi-join, not a filtered cross join."""
     if node is None:
         return []
     node = node.unnest()
     if isinstance(node, exp.And):
         return [*conjuncts(node.left), *conjuncts(node.right)]
+    if isinstance(node, exp.Or):
+        return _factored(node)
     return [node]
+
+
+def _factored(node: exp.Or) -> list[exp.Expr]:
+    """The conjuncts common to every branch of ``node``, then the OR of the rest."""
+    branches = [conjuncts(branch) for branch in node.flatten()]
+    first, others = branches[0], branches[1:]
+    common = [c for i, c in enumerate(first) if c not in first[:i] and all(c in b for b in others)]
+    if not common:
+        return [node]
+    rests = [[c for c in b if c not in common] for b in branches]
+    if any(not rest for rest in rests):  # (a) OR (a AND y) is a
+        return common
+    return [*common, exp.or_(*(exp.and_(*rest) for rest in rests))]
+
+
+def join_order(aliases: list[str], conditions: list[exp.Expr]) -> list[int]:
+    """An order of inner-joined FROM items (their indexes; the first stays first)
+    in which each item that can meets those before it on an equality. For
+    ``FROM part, supplier, lineitem WHERE p_partkey = l_partkey AND s_suppkey =
+    l_suppkey`` lineitem comes second: as written, the first join would be a
+    cross join of part and supplier."""
+    order, joined = [0], {aliases[0]}
+    waiting = list(range(1, len(aliases)))
+    while waiting:
+        meets = (i for i in waiting if _meets(aliases[i], joined, conditions))
+        chosen = next(meets, waiting[0])
+        order.append(chosen)
+        joined.add(aliases[chosen])
+        waiting.remove(chosen)
+    return order
+
+
+def _meets(alias: str, joined: set[str], conditions: list[exp.Expr]) -> bool:
+    """Whether an equality of ``conditions`` has one side over ``alias`` alone and
+    the other over ``joined``: a join key."""
+    for cond in conditions:
+        if isinstance(cond, exp.EQ | exp.NullSafeEQ):
+            a, b = references(cond.left), references(cond.right)
+            if a and b and ((a <= joined and b == {alias}) or (b <= joined and a == {alias})):
+                return True
+    return False
 
 
 def _side_of(node: exp.Expr, left: set[str], right: set[str]) -> str | None:

@@ -4,7 +4,9 @@ DISTINCT, ORDER BY … LIMIT/OFFSET, set operations and CTEs.
 Every query compiles to an ``Output`` whose columns carry fresh internal names;
 only the view itself takes the SQL names at the end. WHERE conjuncts over the
 tables of an inner join become its keys or filters of its inputs, so
-``FROM a, b WHERE a.x = b.y`` is an equi-join, not a filtered cross join.
+``FROM a, b WHERE a.x = b.y`` is an equi-join, not a filtered cross join; the
+items of a FROM clause of inner joins are joined in an order in which each
+meets those before it on an equality, where one exists.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dd_etl.plan.sql.coercion import common_type
 from dd_etl.plan.sql.errors import Located, SqlError
 from dd_etl.plan.sql.frontend import Table
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
-from dd_etl.plan.sql.joins import How, conjuncts, join
+from dd_etl.plan.sql.joins import How, conjuncts, join, join_order
 from dd_etl.plan.sql.recursion import reads, recursive_cte
 from dd_etl.plan.sql.relation import Output, Rel
 from dd_etl.plan.sql.scope import Names, Scope, references, subqueries_of, translate
@@ -125,9 +127,23 @@ class Compiler:
             one = self.flow.constant([[1]], StructType([StructField("__one", LongType())]))
             return Rel(one, Scope()), where
         joins = select.args.get("joins") or []
-        hows = [_how(j) for j in joins]
-        rel = self.source(from_.this, ctes)
+        ons = [conjuncts(j.args.get("on")) for j in joins]
+        for j, on in zip(joins, ons, strict=True):
+            if j.args.get("using"):
+                raise self.loc.unsupported("USING here", j)
+            for cond in on:
+                if subqueries_of(cond):
+                    raise self.loc.unsupported("a subquery in a join condition", cond)
         items = [from_.this, *[j.this for j in joins]]
+        hows = [_how(j) for j in joins]
+        if joins and all(how == "inner" for how in hows):
+            # Inner joins go in any order and ON is WHERE for them: join each item,
+            # where it can, on an equality with those before it.
+            where = [*(c for on in ons for c in on), *where]
+            keys = [c for c in where if not subqueries_of(c)]
+            items = [items[i] for i in join_order([i.alias_or_name for i in items], keys)]
+            ons = [[] for _ in joins]
+        rel = self.source(items[0], ctes)
         aliases = [i.alias_or_name for i in items]
         seen = [set(aliases[: i + 1]) for i in range(len(items))]
         # where a WHERE conjunct can go: the first join (0 = the FROM item itself)
@@ -148,14 +164,9 @@ class Compiler:
                 placed.setdefault(home, []).append(cond)
         for cond in placed.get(0, []):
             rel = rel.filter(translate(cond, rel.scope, self.loc))
-        for i, (j, how) in enumerate(zip(joins, hows, strict=True), start=1):
-            right = self.source(j.this, ctes)
-            on = conjuncts(j.args.get("on")) + placed.get(i, [])
-            for cond in on:
-                if subqueries_of(cond):
-                    raise self.loc.unsupported("a subquery in a join condition", cond)
-            if j.args.get("using"):
-                raise self.loc.unsupported("USING here", j)
+        for i, (j, item, how) in enumerate(zip(joins, items[1:], hows, strict=True), start=1):
+            right = self.source(item, ctes)
+            on = ons[i - 1] + placed.get(i, [])
             if how is None:
                 rel = self.semi_anti(rel, right, j, on)
             else:
@@ -256,7 +267,7 @@ class Compiler:
             joined = self.subqueries.filter(rel, cond, ctes)
             if joined is not None:
                 return joined
-            rel, cond = self.subqueries.lift(rel, cond, ctes)
+            rel, cond = self.subqueries.lift(rel, cond, ctes, filtering=True)
         try:
             return rel.filter(translate(cond, rel.scope, self.loc))
         except SqlError:
