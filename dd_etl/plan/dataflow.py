@@ -282,16 +282,24 @@ class Collection:
         """Inner join with every one of ``others`` on the column names they share
         (SQL ``NATURAL JOIN``), maintained as a delta query: each relation's changes
         look the others up in arrangements of the inputs, so no intermediate
-        result is stored, unlike a chain of binary joins."""
+        result is stored, unlike a chain of binary joins. Inside a loop body it
+        is such a chain (in the same order)."""
         relations = [self, *others]
         columns = [r.columns for r in relations]
         try:
             orders = lookup_orders(columns)
         except ValueError as e:
             raise PlanError(f"join_all: {e}; columns are {columns}") from e
+        output = list(dict.fromkeys(c for cols in columns for c in cols))
+        if any(reads_loop_variable(r.node) for r in relations):
+            # Delta queries read their inputs' history at one time; inside a loop
+            # the binary joins, whose rules know product times, do the work.
+            joined = self
+            for lookup in orders[0]:
+                joined = joined.join(relations[lookup.relation], on=list(lookup.key))
+            return joined.select(*output)
         lookups = tuple(dict.fromkeys(step for order in orders for step in order))
         inputs = tuple(self.flow.arrangement(relations[lk.relation].node, lk.key) for lk in lookups)
-        output = list(dict.fromkeys(c for cols in columns for c in cols))
         schema = StructType(
             [next(r.node.schema[c] for r in relations if c in r.columns) for c in output]
         )

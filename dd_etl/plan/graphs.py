@@ -111,14 +111,67 @@ def connected_components(
     backward = edges.select(F.col(dst).alias("__src"), F.col(src).alias("__dst"))
     arcs = forward.concat(backward)
     start = arcs.select(F.col("__src").alias(node), F.col("__src").alias("component")).distinct()
+    return _least_labels(start, arcs, node, "component", max_iterations)
+
+
+def _least_labels(
+    start: Collection, arcs: Collection, node: str, label: str, max_iterations: int
+) -> Collection:
+    """Label propagation: each node's least ``label`` among the ``start`` labels
+    of the nodes that reach it along ``arcs`` (``__src``, ``__dst``)."""
 
     def step(labels: Collection) -> Collection:
-        nxt = labels.join(arcs, left_on=[node], right_on=["__src"]).select(
-            F.col("__dst").alias(node), "component"
+        moved = labels.join(arcs, left_on=[node], right_on=["__src"]).select(
+            F.col("__dst").alias(node), label
         )
-        return start.concat(nxt).extreme("min", [node], "component", hierarchical=False)
+        return start.concat(moved).extreme("min", [node], label, hierarchical=False)
 
     return start.iterate(step, max_iterations=max_iterations)
+
+
+def strongly_connected_components(
+    edges: Collection,
+    *,
+    src: str = "src",
+    dst: str = "dst",
+    node: str = "node",
+    max_iterations: int = DEFAULT_ITERATION_LIMIT,
+) -> Collection:
+    """Strongly connected components, as ``(node, component)`` for every node of
+    an edge, ``component`` the least node id in it.
+
+    Loops inside a loop: the outer one trims the edges to those inside a cycle
+    by forward-backward label propagation, each propagation a loop of its own.
+    Labels flowing along the kept edges from every node, the least one wins; an
+    edge whose ends get different labels joins two components and is dropped,
+    first along the edges, then against them, until nothing is dropped. The
+    kept edges then connect exactly the nodes of each component."""
+    _require(edges, [src, dst], "edges")
+    arcs = (
+        edges.select(F.col(src).alias("__src"), F.col(dst).alias("__dst"))
+        .filter(F.col("__src") != F.col("__dst"))
+        .distinct()
+    )
+    reverse = arcs.select(F.col("__dst").alias("__src"), F.col("__src").alias("__dst"))
+
+    def trim(cycle: Collection, graph: Collection) -> Collection:
+        """The edges of ``graph`` whose ends get the same label when every node
+        labels itself and labels flow along ``cycle``, turned around."""
+        start = graph.select(F.col("__dst").alias("__node"), F.col("__dst").alias("__label"))
+        labels = _least_labels(start.distinct(), cycle, "__node", "__label", max_iterations)
+        by_src = labels.select(F.col("__node").alias("__src"), F.col("__label").alias("__from"))
+        by_dst = labels.select(F.col("__node").alias("__dst"), F.col("__label").alias("__to"))
+        same = graph.join(by_src, on="__src").join(by_dst, on="__dst")
+        same = same.filter(F.col("__from") == F.col("__to"))
+        return same.select(F.col("__dst").alias("__src"), F.col("__src").alias("__dst"))
+
+    kept = arcs.iterate(
+        lambda cycle: trim(trim(cycle, arcs), reverse), max_iterations=max_iterations
+    )
+    components = connected_components(kept, src="__src", dst="__dst", node=node)
+    ends = edges.select(F.col(src).alias(node)).concat(edges.select(F.col(dst).alias(node)))
+    alone = ends.distinct().antijoin(components, on=node)
+    return components.concat(alone.select(node, component=F.col(node)))
 
 
 def k_core(

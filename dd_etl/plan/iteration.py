@@ -34,10 +34,11 @@ INNER_OPERATORS = (
     n.Arrange,
     n.Join,
     n.Reduce,
+    n.Iterate,
 )
-"""What may run inside a loop. COUNT/SUM inside a loop are built as reductions
-(``Collection.accumulate``); multi-way joins (``DeltaQuery``) have no loop form
-yet, and a loop inside a loop neither."""
+"""What may run inside a loop, a loop included. COUNT/SUM inside a loop are built
+as reductions (``Collection.accumulate``), multi-way joins as chains of joins
+(``Collection.join_all``)."""
 
 
 def build_iterate(
@@ -48,10 +49,20 @@ def build_iterate(
     if limit < 1:
         raise PlanError(f"iterate: max_iterations must be ≥ 1, not {limit}")
     flow, schema = initial.flow, initial.node.schema
-    variable = n.Variable(node_id("variable", (initial.node.id,), schema), (), schema)
-    result = body(Collection(flow, variable))
-    if not isinstance(result, Collection):
-        raise PlanError(f"iterate: the body must return a collection, not {type(result).__name__}")
+
+    def apply(variable: n.Variable) -> Collection:
+        result = body(Collection(flow, variable))
+        if not isinstance(result, Collection):
+            kind = type(result).__name__
+            raise PlanError(f"iterate: the body must return a collection, not {kind}")
+        return result
+
+    # The variable is named after what the body makes of it, so two loops from the
+    # same collection (say, inside one outer loop) never share a variable.
+    probe = apply(n.Variable(node_id("variable", (initial.node.id,), schema), (), schema))
+    named = node_id("variable", (initial.node.id,), schema, body=probe.node.id)
+    variable = n.Variable(named, (), schema)
+    result = apply(variable)
     if _shape(result.node.schema) != _shape(schema):
         raise PlanError(
             f"iterate: the body must return the loop variable's columns "
@@ -100,9 +111,25 @@ def body_of(loop: n.Iterate) -> list[n.Node]:
     return _inner(loop.result, loop.variable)
 
 
+def loop_nest(loop: n.Iterate) -> dict[str, tuple[n.Node, int]]:
+    """Every node that runs inside ``loop`` or inside a loop nested in it, by id,
+    with its depth: how many loops enclose it (1 for ``loop``'s own body). A node
+    at depth ``d`` has times ``(epoch, i1, …, id)``. Inputs come before users."""
+    nest: dict[str, tuple[n.Node, int]] = {}
+
+    def add(inner: n.Iterate, depth: int) -> None:
+        for node in body_of(inner):
+            nest[node.id] = (node, depth)
+            if isinstance(node, n.Iterate):
+                add(node, depth + 1)
+
+    add(loop, 1)
+    return nest
+
+
 def inner_traces(loop: n.Iterate) -> list[n.Node]:
-    """The body's nodes that keep product-time history across epochs."""
-    return [x for x in body_of(loop) if isinstance(x, n.Arrange | n.Reduce)]
+    """The nodes of the loop nest that keep product-time history across epochs."""
+    return [x for x, _ in loop_nest(loop).values() if isinstance(x, n.Arrange | n.Reduce)]
 
 
 def _inner(result: n.Node, variable: n.Variable) -> list[n.Node]:

@@ -22,22 +22,31 @@ bounded by ``e``), and those appends are no-ops.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.operators import linear
-from dd_etl.operators.iterative import ITER, loop_join, loop_reduce
+from dd_etl.operators.iterative import (
+    Known,
+    LoopTime,
+    at,
+    earlier,
+    iterations,
+    later,
+    loop_join,
+    loop_reduce,
+)
 from dd_etl.operators.reduce import null_safe_join
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.iteration import body_of, inner_traces
+from dd_etl.plan.iteration import body_of, inner_traces, loop_nest
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.columns import DIFF, TIME
@@ -68,17 +77,24 @@ class LoopDiverged(PlanError):
 
 @dataclass(frozen=True)
 class Round:
-    """What one round of a loop did: the updates at ``(epoch, iteration)`` across
-    the variable, the arrangements and the reductions of its body."""
+    """What one round of a loop did: the updates at ``(epoch, *within, iteration)``
+    across the variable, the arrangements and the reductions of its body
+    (``within``: the iterations of the loops around it, if it is nested)."""
 
     loop: str
     epoch: int
     iteration: int
     updates: int
+    within: tuple[int, ...] = ()
+
+
+Changes = Callable[[n.Node], DataFrame]
+"""A collection's changes at the current round of the scope that asks."""
 
 
 class LoopRun:
-    """One ``Iterate`` node over the epochs of a run."""
+    """One top-level ``Iterate`` node, with the loops nested in it, over the epochs
+    of a run."""
 
     def __init__(
         self,
@@ -87,17 +103,20 @@ class LoopRun:
         outer: Callable[[n.Node], DataFrame],
         views: list[str],
     ) -> None:
-        assert loop.variable is not None and loop.result is not None
         self.rt = runtime
         self.loop = loop
-        self.variable = loop.variable
-        self.result = loop.result
         self.outer = outer  # the run's changes of a collection outside the loop
         self.views = views
-        self.body = body_of(loop)
-        self.inside = {x.id for x in self.body}
+        self.nest = loop_nest(loop)
         self.traced = inner_traces(loop)
         self.rounds: list[Round] = []
+        self._nests: dict[str, set[str]] = {}
+
+    def nest_of(self, loop: n.Iterate) -> set[str]:
+        """The ids of the nodes inside ``loop`` (this loop or one nested in it)."""
+        if loop.id not in self._nests:
+            self._nests[loop.id] = set(loop_nest(loop))
+        return self._nests[loop.id]
 
     def run(self, start: int, upper: int) -> DataFrame:
         """The loop's output changes at epochs ``[start, upper)``, its inner traces
@@ -111,148 +130,236 @@ class LoopRun:
 
     def _epoch(self, e: int) -> DataFrame:
         st = _EpochState(self, e)
-        entering = [st.entering(x) for x in self.loop.inputs]
-        quiet = not functools.reduce(
-            DataFrame.unionByName, [d.select(F.lit(1).alias("x")) for d in entering]
-        ).take(1)
-        if not quiet:
-            initial = entering[0]
-            start = initial.unionByName(linear.negate(initial.withColumn(ITER, F.lit(1))))
-            st.stage(self.variable, start)
-            i = 0
-            while True:
-                self._round(st, i)
-                counts = st.counts(i)
-                self.rounds.append(Round(self.loop.id, e, i, counts.get(i, (0, 0))[0]))
-                later = [j for j in counts if j > i]
-                if not later:
-                    break
-                i = min(later)
-                if i > self.loop.limit:
-                    raise LoopDiverged(self.views, e, self.loop.limit)
-        lower, upper = Antichain.of((e, 0)), Antichain.of((e + 1, 0))
+        leave = self._scope(self.loop, st, (), st.entering)
 
         def append(node: n.Node) -> bool:
+            trace = self.rt.loop_trace(self.loop, node)
+            zeros = (0,) * (trace.state.dims - 1)
             updates = st.staged(node).withColumn(TIME, F.lit(e).cast("long"))
-            return self.rt.loop_trace(self.loop, node).compare_and_append(updates, lower, upper)
+            return trace.compare_and_append(
+                updates, Antichain.of((e, *zeros)), Antichain.of((e + 1, *zeros))
+            )
 
         with ThreadPoolExecutor(max_workers=len(self.traced) or 1) as pool:
             list(pool.map(append, self.traced))  # separate traces: commit side by side
         failpoint("loop.epoch_appended")
-        # Everything the result ever emitted this epoch, summed over iterations, is
-        # what the variable received (shifted by one) plus its start, which cancels.
-        leave = st.staged(self.variable).drop(ITER)
         return linear.consolidate(leave.withColumn(TIME, F.lit(e).cast("long")))
+
+    def _scope(
+        self, loop: n.Iterate, st: _EpochState, prefix: LoopTime, outer: Changes
+    ) -> DataFrame:
+        """Run ``loop`` to its fixed point at ``prefix``, the iterations of the loops
+        around it (none for the top loop), given ``outer``, the changes at
+        ``prefix`` of what enters it. Returns its output's changes at ``prefix``.
+
+        The initial collection enters at iteration 0 and is withdrawn at 1, so
+        from then on the variable holds only what the body fed back: summed over
+        the iterations, the variable's updates are the result's changes."""
+        assert loop.variable is not None and loop.result is not None
+        depth = len(prefix) + 1
+        entering = {x.id: outer(x) for x in loop.inputs}
+        work = st.work(loop, prefix, entering)
+        initial = work.entering(loop.inputs[0].id)
+        if initial:
+            entered = _pad(entering[loop.inputs[0].id], depth)
+            last = iterations(depth)[-1]
+            withdrawn = linear.negate(entered.withColumn(last, F.lit(1).cast("long")))
+            st.stage(loop.variable, entered.unionByName(withdrawn))
+            work = work.plus(("staged", loop.variable.id, 0), initial)
+        k = min(work.iterations(), default=None)
+        while k is not None:
+            if k > loop.limit:
+                raise LoopDiverged(self.views, st.epoch, loop.limit)
+            self._round(loop, st, (*prefix, k), outer, work)
+            work = st.work(loop, prefix, entering if k == 0 else {})
+            self.rounds.append(Round(loop.id, st.epoch, k, work.updates(k), prefix))
+            k = min((j for j in work.iterations() if j > k), default=None)
+        return st.leaving(loop.variable, prefix)
 
     # ----------------------------------------------------------------- rounds
 
-    def _round(self, st: _EpochState, i: int) -> None:
-        emitted: dict[str, DataFrame] = {}
+    def _round(
+        self, loop: n.Iterate, st: _EpochState, t: LoopTime, outer: Changes, work: _Work
+    ) -> None:
+        """Round ``t``: every node of the body applied to its inputs' updates at
+        ``t``. A node none of whose inputs changed at ``t``, with nothing staged
+        or scheduled there, is skipped without running anything."""
+        assert loop.variable is not None and loop.result is not None
+        emitted: dict[str, DataFrame | None] = {}
+
+        def live(node: n.Node) -> bool:
+            if node.id in emitted:
+                return emitted[node.id] is not None
+            return t[-1] == 0 and work.entering(node.id) > 0
 
         def changes(node: n.Node) -> DataFrame:
-            if node.id in self.inside:
-                return emitted[node.id]
-            return st.entering(node) if i == 0 else st.nothing(node)
+            if node.id in emitted:
+                done = emitted[node.id]
+                return st.nothing(node, len(t)) if done is None else done
+            # From outside this loop: what entered at ``t`` minus its last iteration.
+            return _pad(outer(node), len(t)) if live(node) else st.nothing(node, len(t))
 
-        for node in self.body:
-            emitted[node.id] = self._emit(node, st, i, changes)
-        fed_back = changes(self.result).withColumn(ITER, F.col(ITER) + 1)
-        st.stage(self.variable, fed_back)
+        for node in body_of(loop):
+            emitted[node.id] = self._emit(node, st, t, changes, live, work)
+        if live(loop.result):
+            last = iterations(len(t))[-1]
+            st.stage(loop.variable, changes(loop.result).withColumn(last, F.col(last) + 1))
 
     def _emit(
-        self, node: n.Node, st: _EpochState, i: int, changes: Callable[[n.Node], DataFrame]
-    ) -> DataFrame:
+        self,
+        node: n.Node,
+        st: _EpochState,
+        t: LoopTime,
+        changes: Changes,
+        live: Callable[[n.Node], bool],
+        work: _Work,
+    ) -> DataFrame | None:
+        """``node``'s updates at ``t`` (and any it lands later), or ``None`` if it
+        has none."""
         ins = node.inputs
+        k = t[-1]
         if isinstance(node, n.Variable):
-            return st.at(node, i)
+            return st.at(node, t) if work.staged(node.id, k) else None
+        if isinstance(node, n.Arrange):
+            if live(ins[0]):
+                st.stage(node, changes(ins[0]))
+            elif not work.staged(_home(node).id, k):
+                return None
+            return st.at(node, t)
+        if isinstance(node, n.Reduce):
+            if not live(ins[0]) and not work.due(node.id, k):
+                return None
+            touched = changes(ins[0]).select(*node.key).unionByName(st.due(node, t))
+            correction, later = loop_reduce(
+                touched,
+                st.known(ins[0], len(t)),
+                st.known(node, len(t)),
+                node.key,
+                ins[0].columns,
+                node.columns,
+                reducer_for(node),
+                t,
+            )
+            st.stage(node, correction)
+            st.schedule(node, later, t)
+            return st.at(node, t)
+        if isinstance(node, n.Iterate):
+            busy = any(live(i) for i in ins) or work.busy(self.nest_of(node), k)
+            return self._scope(node, st, t, changes) if busy else None
+        if not any(live(i) for i in ins):
+            return None  # linear operators and joins: nothing in, nothing out
         done = apply_linear(node, changes)
         if done is not None:
             return done
-        if isinstance(node, n.Arrange):
-            st.stage(node, changes(ins[0]))
-            return st.at(node, i)
         if isinstance(node, n.Join):
             left, right = ins
             return loop_join(
                 changes(left),
                 changes(right),
-                st.before(left, i),
-                st.before(right, i),
+                st.before(left, t),
+                st.before(right, t),
                 node.left_key,
                 node.right_key,
                 left.columns,
                 node.right_columns,
                 node.null_safe,
+                len(t),
             )
-        if isinstance(node, n.Reduce):
-            touched = changes(ins[0]).select(*node.key).unionByName(st.due(node, i))
-            correction, later = loop_reduce(
-                touched,
-                st.known(ins[0]),
-                st.known(node),
-                node.key,
-                ins[0].columns,
-                node.columns,
-                reducer_for(node),
-                i,
-            )
-            st.stage(node, correction)
-            st.schedule(node, later, i)
-            return st.at(node, i)
         raise PlanError(f"iterate: no loop rule for operator {type(node).__name__}")
 
 
+@dataclass(frozen=True)
+class _Work:
+    """A loop's pending work at one prefix (the iterations of the loops around
+    it): rows per kind (``staged``, ``due``, ``entering``), node of its nest and
+    iteration of the loop."""
+
+    rows: dict[tuple[str, str, int], int]
+
+    def iterations(self) -> set[int]:
+        return {i for _, _, i in self.rows}
+
+    def plus(self, row: tuple[str, str, int], count: int) -> _Work:
+        return _Work({**self.rows, row: self.rows.get(row, 0) + count})
+
+    def updates(self, i: int) -> int:
+        return sum(c for (kind, _, j), c in self.rows.items() if j == i and kind != "due")
+
+    def staged(self, node_id: str, i: int) -> int:
+        return self.rows.get(("staged", node_id, i), 0)
+
+    def due(self, node_id: str, i: int) -> int:
+        return self.rows.get(("due", node_id, i), 0)
+
+    def entering(self, node_id: str) -> int:
+        return self.rows.get(("entering", node_id, 0), 0)
+
+    def busy(self, nest: Collection[str], i: int) -> bool:
+        """Whether anything of ``nest`` (node ids) is staged or due at iteration ``i``."""
+        return any(j == i and x in nest for kind, x, j in self.rows if kind != "entering")
+
+
 class _EpochState:
-    """The updates of one epoch of a loop so far, per stateful node of its body,
+    """The updates of one epoch of a loop nest so far, per stateful node,
     checkpointed after every change so no round's plan grows with the rounds
-    before it."""
+    before it. A node inside ``d`` loops carries ``d`` iteration columns; read
+    from deeper inside, it is padded with zeros (it entered there at 0)."""
 
     def __init__(self, run: LoopRun, epoch: int) -> None:
         self.run = run
         self.epoch = epoch
         self._staged: dict[str, DataFrame] = {}
-        self._due: dict[str, DataFrame] = {}  # reductions: (key, next iteration)
+        self._due: dict[str, DataFrame] = {}  # reductions: (key, iterations to evaluate at)
         self._entering: dict[str, DataFrame] = {}
         self._history: dict[str, DataFrame | None] = {}
 
-    def nothing(self, node: n.Node) -> DataFrame:
+    def depth(self, node: n.Node) -> int:
+        return self.run.nest[node.id][1] if node.id in self.run.nest else 0
+
+    def nothing(self, node: n.Node, depth: int) -> DataFrame:
         empty = self.run.rt.flow.empty_updates(node.schema)
-        return empty.select(*node.columns, F.col(TIME).alias(ITER), DIFF)
+        return _pad(empty.select(*node.columns, DIFF), depth)
 
     def entering(self, node: n.Node) -> DataFrame:
-        """An outer collection's changes at this epoch, entering at iteration 0."""
+        """A collection's changes at this epoch, from outside the loop."""
         if node.id not in self._entering:
             df = self.run.outer(node).where(F.col(TIME) == self.epoch)
-            df = df.select(*node.columns, F.lit(0).cast("long").alias(ITER), DIFF)
-            self._entering[node.id] = df.localCheckpoint(eager=True)
+            self._entering[node.id] = df.select(*node.columns, DIFF).localCheckpoint(eager=True)
         return self._entering[node.id]
 
     def staged(self, node: n.Node) -> DataFrame:
         staged = self._staged.get(_home(node).id)
-        return self.nothing(node) if staged is None else staged
+        return self.nothing(node, self.depth(node)) if staged is None else staged
 
     def stage(self, node: n.Node, updates: DataFrame) -> None:
         if _home(node) is not node:
             return  # the variable's own staging already holds these updates
-        both = self.staged(node).unionByName(updates.select(*node.columns, ITER, DIFF))
-        self._staged[node.id] = linear.consolidate(both).localCheckpoint(eager=True)
+        cols = [*node.columns, *iterations(self.depth(node)), DIFF]
+        both = self.staged(node).unionByName(updates.select(*cols))
+        self._staged[node.id] = linear.consolidate(both).select(*cols).localCheckpoint(eager=True)
 
-    def at(self, node: n.Node, i: int) -> DataFrame:
-        return self.staged(node).where(F.col(ITER) == i)
+    def at(self, node: n.Node, t: LoopTime) -> DataFrame:
+        return self.staged(node).where(at(t))
 
-    def due(self, node: n.Reduce, i: int) -> DataFrame:
+    def leaving(self, variable: n.Variable, prefix: LoopTime) -> DataFrame:
+        """The loop's output changes at ``prefix``: its variable's updates there,
+        summed over the loop's own iterations."""
+        last = iterations(len(prefix) + 1)[-1]
+        return linear.consolidate(self.staged(variable).where(at(prefix)).drop(last))
+
+    def due(self, node: n.Reduce, t: LoopTime) -> DataFrame:
         due = self._due.get(node.id)
         if due is None:
-            return self.nothing(node).select(*node.key)
-        return due.where(F.col(ITER) == i).select(*node.key)
+            return self.nothing(node, 0).select(*node.key)
+        return due.where(at(t)).select(*node.key)
 
-    def schedule(self, node: n.Reduce, later: DataFrame, i: int) -> None:
+    def schedule(self, node: n.Reduce, times: DataFrame, t: LoopTime) -> None:
         previous = self._due.get(node.id)
-        kept = later if previous is None else previous.where(F.col(ITER) > i).unionByName(later)
+        kept = times if previous is None else previous.where(later(t)).unionByName(times)
         self._due[node.id] = kept.distinct().localCheckpoint(eager=True)
 
     def history(self, node: n.Node, keys: DataFrame) -> DataFrame:
-        """The node's updates of earlier epochs for ``keys``, as ``(data, _time1, _diff)``."""
+        """The node's updates of earlier epochs for ``keys``, as ``(data, _time1…, _diff)``."""
         pinned = self._pinned(node)
         if pinned is not None:
             return _for_keys(pinned, keys)
@@ -270,60 +377,74 @@ class _EpochState:
         return self._history[node.id]
 
     def _trace(self, node: n.Node) -> DeltaTrace | None:
-        if node.id in self.run.inside:
+        if node.id in self.run.nest:
             return self.run.rt.loop_trace(self.run.loop, node)
         return None if self.epoch == 0 else self.run.rt.trace(node)
 
     def _read_history(self, node: n.Node, keys: DataFrame | None) -> DataFrame:
         trace = self._trace(node)
         if trace is None:
-            return self.nothing(node)
-        if node.id in self.run.inside:
+            return self.nothing(node, self.depth(node))
+        if node.id in self.run.nest:
             # Epochs before this one are all alike to it: only iterations matter.
             df = trace.updates(keys).where(F.col(TIME) < self.epoch)
-            return linear.consolidate(df.select(*node.columns, ITER, DIFF))
-        df = trace.read_at((self.epoch - 1,), keys=keys)
-        return df.select(*node.columns, F.lit(0).cast("long").alias(ITER), DIFF)
+            cols = [*node.columns, *iterations(self.depth(node)), DIFF]
+            return linear.consolidate(df.select(*cols))
+        return trace.read_at((self.epoch - 1,), keys=keys).select(*node.columns, DIFF)
 
     def _this_epoch(self, node: n.Node) -> DataFrame:
-        if node.id in self.run.inside:
+        if node.id in self.run.nest:
             return self.staged(node)
         return self.entering(node)
 
-    def before(self, node: n.Node, i: int) -> Callable[[DataFrame], DataFrame]:
-        """An arrangement's updates processed before round ``i``."""
+    def before(self, node: n.Node, t: LoopTime) -> Known:
+        """An arrangement's updates processed before round ``t``."""
 
         def read(keys: DataFrame) -> DataFrame:
-            mine = _for_keys(self._this_epoch(node).where(F.col(ITER) < i), keys)
-            return self.history(node, keys).unionByName(mine)
+            mine = _pad(self._this_epoch(node), len(t)).where(earlier(t))
+            return _pad(self.history(node, keys), len(t)).unionByName(_for_keys(mine, keys))
 
         return read
 
-    def known(self, node: n.Node) -> Callable[[DataFrame], DataFrame]:
-        """Every update of the node seen so far, at any iteration."""
+    def known(self, node: n.Node, depth: int) -> Known:
+        """Every update of the node seen so far, at any time."""
 
         def read(keys: DataFrame) -> DataFrame:
-            mine = _for_keys(self._this_epoch(node), keys)
-            return self.history(node, keys).unionByName(mine)
+            mine = _pad(_for_keys(self._this_epoch(node), keys), depth)
+            return _pad(self.history(node, keys), depth).unionByName(mine)
 
         return read
 
-    def counts(self, i: int) -> dict[int, tuple[int, int]]:
-        """Per iteration from ``i`` on: the updates staged anywhere, and those plus
-        the keys reductions scheduled (the work left). One Spark job."""
+    def work(self, loop: n.Iterate, prefix: LoopTime, entering: dict[str, DataFrame]) -> _Work:
+        """What ``loop`` has to do at ``prefix``: the updates staged anywhere in its
+        nest and the keys its reductions scheduled, per iteration of ``loop``, and
+        the changes entering it (all of them, at iteration 0: some may be for a
+        later iteration of an outer loop, staged when they enter). One Spark job."""
+        nest = self.run.nest_of(loop)
+        i = F.col(iterations(len(prefix) + 1)[-1])
+
+        def tagged(kind: str, key: str, df: DataFrame, i: Column) -> DataFrame:
+            return df.select(F.lit(kind).alias("kind"), F.lit(key).alias("node"), i.alias("i"))
+
         parts = [
-            self.staged(x).select(ITER, F.lit(1).alias("__work"))
-            for x in [self.run.variable, *self.run.traced]
+            tagged(kind, x, df.where(at(prefix)), i)
+            for kind, held in (("staged", self._staged), ("due", self._due))
+            for x, df in held.items()
+            if x in nest
         ]
-        parts += [
-            d.where(F.col(ITER) > i).select(ITER, F.lit(0).alias("__work"))
-            for d in self._due.values()
-        ]
-        if i == 0:
-            parts += [d.select(ITER, F.lit(1).alias("__work")) for d in self._entering.values()]
-        union = functools.reduce(DataFrame.unionByName, parts).where(F.col(ITER) >= i)
-        rows = union.groupBy(ITER).agg(F.sum("__work").alias("updates"), F.count("*").alias("n"))
-        return {int(r[ITER]): (int(r["updates"]), int(r["n"])) for r in rows.collect()}
+        parts += [tagged("entering", x, df, F.lit(0)) for x, df in entering.items()]
+        if not parts:
+            return _Work({})
+        union = functools.reduce(DataFrame.unionByName, parts)
+        rows = union.groupBy("kind", "node", "i").count().collect()
+        return _Work({(r["kind"], r["node"], int(r["i"])): int(r["count"]) for r in rows})
+
+
+def _pad(df: DataFrame, depth: int) -> DataFrame:
+    """Updates of a collection from outside some loops, read inside them: they
+    entered at iteration 0 of each."""
+    missing = [c for c in iterations(depth) if c not in df.columns]
+    return df.select(*df.columns, *[F.lit(0).cast("long").alias(c) for c in missing])
 
 
 def _for_keys(df: DataFrame, keys: DataFrame) -> DataFrame:

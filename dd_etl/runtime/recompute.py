@@ -20,7 +20,7 @@ from dd_etl.operators.accumulate import ROWS, contributions
 from dd_etl.operators.reduce import AT
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.iteration import body_of
+from dd_etl.plan.iteration import loop_nest
 from dd_etl.runtime.iteration import LoopDiverged
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
@@ -100,7 +100,7 @@ def recompute(runtime: Runtime, view: str, at: int, read_views: bool = False) ->
     def fixed_point(loop: n.Iterate) -> DataFrame:
         """Apply the body to the whole collection until it stops changing."""
         assert loop.variable is not None and loop.result is not None
-        inner = [x.id for x in body_of(loop)]
+        inner = list(loop_nest(loop))  # nested loops' bodies are recomputed too
         x = linear.consolidate(evaluate(loop.inputs[0])).localCheckpoint(eager=True)
         for _ in range(loop.limit):
             for i in inner:

@@ -37,7 +37,7 @@ from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
-from dd_etl.plan.iteration import inner_traces
+from dd_etl.plan.iteration import inner_traces, loop_nest
 from dd_etl.plan.refresh import RefreshChoice, choose
 from dd_etl.runtime.full_refresh import full_changes, pending_records, private_state
 from dd_etl.runtime.iteration import LoopRun, Round
@@ -117,13 +117,16 @@ class Runtime:
         return self._traces[name]
 
     def loop_trace(self, loop: n.Iterate, node: n.Node) -> DeltaTrace:
-        """The product-time trace a node inside ``loop`` keeps its history in."""
+        """The product-time trace a node inside ``loop`` (or a loop nested in it)
+        keeps its history in: times ``(epoch, i1, …)``, one iteration per loop
+        around the node."""
         name = loop.inner_trace_name(node)
         if name not in self._traces:
             uri = str(Path(self.flow.warehouse) / name)
             key = self._trace_key(node)
-            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=2)
-            bottom = Antichain.minimum(2)
+            dims = 1 + loop_nest(loop)[node.id][1]
+            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
+            bottom = Antichain.minimum(dims)
             trace.register_reader(RUNTIME_READER, bottom, bottom)
             self._traces[name] = trace
         return self._traces[name]
@@ -323,11 +326,10 @@ class Runtime:
         hold = Antichain.from_epoch(upper - 1)
         trace.downgrade_reader(RUNTIME_READER, hold, hold)
         if isinstance(node, n.Iterate):
-            inner_hold = Antichain.of((upper - 1, 0))
             for inner in inner_traces(node):
-                self.loop_trace(node, inner).downgrade_reader(
-                    RUNTIME_READER, inner_hold, inner_hold
-                )
+                trace = self.loop_trace(node, inner)
+                inner_hold = Antichain.of((upper - 1,) + (0,) * (trace.state.dims - 1))
+                trace.downgrade_reader(RUNTIME_READER, inner_hold, inner_hold)
         if isinstance(node, n.View) and self.retain_epochs is not None:
             keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
             current = trace.state.hold_map[RETENTION_READER].logical

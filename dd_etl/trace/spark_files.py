@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,7 +71,10 @@ def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
 def estimated_bytes(df: DataFrame) -> int:
     """Spark's own size estimate of a plan, without running it."""
     stats = df._jdf.queryExecution().optimizedPlan().stats()
-    return int(str(stats.sizeInBytes()))
+    try:
+        return int(str(stats.sizeInBytes()))
+    except ValueError:  # estimates of long join chains overflow Python's int parsing
+        return sys.maxsize
 
 
 def consolidate(df: DataFrame, partitions: int) -> DataFrame:

@@ -13,7 +13,7 @@ from pyspark.sql import Column
 
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Collection
-from dd_etl.plan.iteration import body_of
+from dd_etl.plan.iteration import loop_nest
 from dd_etl.plan.sql.joins import CROSS_KEY
 
 MAX_TEXT = 90
@@ -109,8 +109,8 @@ def explain(view: Collection) -> str:
             return
         seen[node.id] = len(seen) + 1
         notes = [f"#{seen[node.id]}"]
-        inner = loop is not None and node.id in {x.id for x in body_of(loop)}
-        if node.trace_name is not None:
+        inner = loop is not None and node.id in loop_nest(loop)
+        if node.trace_name is not None and not (inner and isinstance(node, n.Iterate)):
             name = loop.inner_trace_name(node) if loop is not None and inner else node.trace_name
             notes.append(f"trace {name} key {_cols(trace_key(node))}")
         why = warning(node)
@@ -122,7 +122,7 @@ def explain(view: Collection) -> str:
         if isinstance(node, n.Iterate):
             assert node.result is not None
             subs = (node.result, *node.inputs)  # the body first, then what enters it
-            loop = node
+            loop = loop if inner else node  # a nested loop's traces are the top loop's
         elif not inner:
             loop = None
         for i, sub in enumerate(subs):
