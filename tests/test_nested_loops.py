@@ -4,15 +4,17 @@ over random edge insertions and deletions that split and merge components."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from pathlib import Path
 
 import networkx as nx
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.operators.iterative import earlier, iterations, later, not_after
 from dd_etl.plan import Dataflow, graphs
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.iteration import inner_traces, loop_nest
@@ -91,3 +93,22 @@ def test_loops_from_one_collection_inside_a_loop_stay_apart(
     assert len(inner) == 2
     assert inner[0].variable is not None and inner[1].variable is not None
     assert inner[0].variable.id != inner[1].variable.id
+
+
+def test_round_order_is_lexicographic_and_accumulation_is_the_product_order(
+    spark: SparkSession,
+) -> None:
+    """The predicates a round filters with, against Python's tuple order: rounds
+    run in lexicographic order, a round accumulates the times below it in the
+    product order."""
+    times = list(itertools.product(range(3), repeat=3))
+    df = spark.createDataFrame(times, iterations(3))
+    for t in [(0, 0, 0), (1, 0, 2), (1, 2, 0), (2, 1, 1)]:
+
+        def where(predicate: Column) -> set[tuple[int, ...]]:
+            return {tuple(r) for r in df.where(predicate).collect()}
+
+        assert where(earlier(t)) == {s for s in times if s < t}
+        assert where(later(t)) == {s for s in times if s > t}
+        below = {s for s in times if all(a <= b for a, b in zip(s, t, strict=True))}
+        assert where(not_after(t)) == below

@@ -463,7 +463,8 @@ class Collection:
         ``x(i+1) = body(x(i))``, until an iteration changes nothing.
 
         ``body`` gets the loop variable and may use any operator on it and on
-        collections from outside (they enter the loop as they are). Maintained
+        collections from outside (they enter the loop as they are), another
+        ``iterate`` included. Maintained
         with times ``(epoch, iteration)``, so a change of an input redoes only
         the iterations, and the keys, it affects. An epoch that needs more than
         ``max_iterations`` iterations fails with an error naming the view.

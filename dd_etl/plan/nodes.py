@@ -177,7 +177,8 @@ class Iterate(Node):
     ``inputs`` are the collections from outside the loop the body reads (its
     first is the initial collection); they enter the loop at iteration 0. The
     nodes between ``variable`` and ``result`` run with times ``(epoch,
-    iteration)``; the result leaves the loop as the fixed point at each epoch.
+    iteration)`` (one more iteration per enclosing loop, if this one is nested);
+    the result leaves the loop as the fixed point at each epoch.
     """
 
     variable: Variable | None = None

@@ -7,12 +7,17 @@ arrangement (or the variable) that receives them until their round; rounds
 with nothing to do are skipped. The epoch is done when nothing is staged after
 the current round.
 
-Then each arrangement and reduction of the body appends its updates of the
-epoch, at times ``(e, i)``, to its trace: a Delta trace of product times,
-``[(e, 0), (e + 1, 0))``. Later epochs look their history up there. Compacting
-it advances epochs but never merges iterations: ``advance((e', j), {(e, 0)}) =
-(e, j)``, so the history of a key is bounded by the iterations at which it ever
-changed, not by the number of epochs.
+A loop in the body runs inside each round ``i`` of the loop around it, with
+rounds ``(i, j)``; its nodes carry both iterations. Rounds run in
+lexicographic order, which extends the product order, so the rule stays the
+same at any depth: when round ``t`` runs, everything before ``t`` is done.
+
+Then each arrangement and reduction of the loop nest appends its updates of
+the epoch, at times ``(e, i…)``, to its trace: a Delta trace of product times,
+``[(e, 0…), (e + 1, 0…))``. Later epochs look their history up there.
+Compacting it advances epochs but never merges iterations: ``advance((e', j),
+{(e, 0)}) = (e, j)``, so the history of a key is bounded by the iterations at
+which it ever changed, not by the number of epochs.
 
 A crash before the loop's result is committed leaves some inner traces one
 epoch ahead; the re-run recomputes the epoch from the same history (reads are
