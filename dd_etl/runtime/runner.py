@@ -327,9 +327,9 @@ class Runtime:
         trace.downgrade_reader(RUNTIME_READER, hold, hold)
         if isinstance(node, n.Iterate):
             for inner in inner_traces(node):
-                trace = self.loop_trace(node, inner)
-                inner_hold = Antichain.of((upper - 1,) + (0,) * (trace.state.dims - 1))
-                trace.downgrade_reader(RUNTIME_READER, inner_hold, inner_hold)
+                history = self.loop_trace(node, inner)
+                inner_hold = Antichain.of((upper - 1,) + (0,) * (history.state.dims - 1))
+                history.downgrade_reader(RUNTIME_READER, inner_hold, inner_hold)
         if isinstance(node, n.View) and self.retain_epochs is not None:
             keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
             current = trace.state.hold_map[RETENTION_READER].logical
