@@ -24,6 +24,8 @@ networkx. Results: ``bench/results/bfs.json`` and ``bench/results/bfs.png``.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
 import sys
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from common import environment, run_recorded, write_json
+from common import RESULTS, environment, run_recorded, write_json
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pyspark.sql import SparkSession
@@ -104,6 +106,7 @@ def loop_records(rt: Runtime) -> int:
 def sequence(
     spark: SparkSession, root: Path, args: argparse.Namespace, group: int, total: int
 ) -> dict[str, Any]:
+    started_at = time.time()
     graph = Graph(args.nodes, args.edges, args.seed)
     flow = Dataflow(spark, root / f"group_{group}")
     edges = flow.source("edges", StructType(EDGES.fields[:2]))
@@ -137,6 +140,7 @@ def sequence(
             "seconds": round(seconds, 3),
             "rounds": [[r.iteration, r.updates] for r in report.rounds],
             "loop_trace_records": loop_records(rt),
+            "load_average_1min": round(os.getloadavg()[0], 2),
         }
         if epoch % args.maintain_every == 0:
             started = time.perf_counter()
@@ -153,6 +157,7 @@ def sequence(
     got = Counter(tuple(r) for r in rt.read("bfs").collect())
     return {
         "group": group,
+        "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started_at)),
         "changes_requested": total,
         "changes_applied": applied,
         "load_seconds": round(load_seconds, 3),
@@ -195,14 +200,29 @@ def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict
         "benchmark": "bfs",
         "nodes": args.nodes,
         "edges": args.edges,
+        "seed": args.seed,
         "environment": environment(spark),
         "sequences": [],
     }
-    for spec in args.groups.split(","):
-        group, total = (int(x) for x in spec.split(":"))
-        result["sequences"].append(sequence(spark, root, args, group, total))
+    runs = [tuple(int(x) for x in spec.split(":")) for spec in args.groups.split(",")]
+    kept = recorded_sequences(args, {group for group, _ in runs})
+    for group, total in runs:
+        kept.append(sequence(spark, root, args, group, total))
+        result["sequences"] = sorted(kept, key=lambda s: s["group"])
         write_json("bfs", result)  # partial results survive an interrupted run
     return result
+
+
+def recorded_sequences(args: argparse.Namespace, rerun: set[int]) -> list[dict[str, Any]]:
+    """The sequences already recorded for the same graph but other group sizes, so
+    one group size can be measured again on its own without losing the others."""
+    path = RESULTS / "bfs.json"
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    if (old["nodes"], old["edges"], old["seed"]) != (args.nodes, args.edges, args.seed):
+        return []
+    return [s for s in old["sequences"] if s["group"] not in rerun]
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
