@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dd_etl.operators.join import join_keys, pair
+from dd_etl.operators.join import matchable_keys, pair
+from dd_etl.operators.keys import KeySet
 from dd_etl.operators.linear import consolidate
 from dd_etl.operators.reduce import AT, Reducer
 from dd_etl.trace.columns import DIFF, time_columns
@@ -32,10 +33,10 @@ from dd_etl.trace.columns import DIFF, time_columns
 LoopTime = tuple[int, ...]
 """The iterations of a loop time, outermost loop first; its epoch is implied."""
 
-Known = Callable[[DataFrame], DataFrame]
-"""Given key columns, an arrangement's updates for those keys as ``(data,
-_time1…, _diff)`` rows; which updates (before this round, or everything seen so
-far) depends on the caller."""
+Known = Callable[[KeySet], DataFrame]
+"""Given keys, an arrangement's updates for those keys as ``(data, _time1…,
+_diff)`` rows; which updates (before this round, or everything seen so far)
+depends on the caller."""
 
 
 def iterations(depth: int) -> list[str]:
@@ -93,8 +94,8 @@ def loop_join(
     """Round ``t``: ``ΔA ⋈ (B_before + ΔB) + A_before ⋈ ΔB``, where ``Δ`` are the
     updates at ``t`` and ``before`` everything processed earlier. Each pair lands
     at the join of its two times, possibly after ``t``."""
-    before_right = right_before(join_keys(d_left, lk, null_safe).toDF(*rk))
-    before_left = left_before(join_keys(d_right, rk, null_safe).toDF(*lk))
+    before_right = right_before(KeySet.of(matchable_keys(d_left, lk, null_safe)).renamed(rk))
+    before_left = left_before(KeySet.of(matchable_keys(d_right, rk, null_safe)).renamed(lk))
     times = iterations(depth)
     first = pair(
         d_left,
@@ -133,7 +134,7 @@ def loop_reduce(
     of the key changes, so they are the only times at which the output can need
     a correction.
     """
-    keys = touched.select(*key).distinct()
+    keys = KeySet.of(touched.select(*key))
     inputs = known_input(keys)
     outputs = known_output(keys)
     accumulated = (

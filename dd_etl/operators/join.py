@@ -25,12 +25,18 @@ History = Callable[[DataFrame], DataFrame]
 before the interval for those keys: data columns plus ``_diff``."""
 
 
-def join_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
-    """Distinct keys of ``df`` a join can match: without ``null_safe``, not NULL."""
+def matchable_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
+    """The keys of ``df``'s rows a join can match (without ``null_safe``, not
+    NULL), one per row."""
     keys = df.select(*key)
-    if not null_safe:
-        keys = keys.where(functools.reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key]))
-    return keys.distinct()
+    if null_safe:
+        return keys
+    return keys.where(functools.reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key]))
+
+
+def join_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
+    """Distinct keys of ``df`` a join can match."""
+    return matchable_keys(df, key, null_safe).distinct()
 
 
 def pair(

@@ -48,7 +48,7 @@ from dd_etl.operators.iterative import (
     loop_join,
     loop_reduce,
 )
-from dd_etl.operators.reduce import null_safe_join
+from dd_etl.operators.keys import KeySet
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.iteration import body_of, inner_traces, loop_nest
@@ -116,6 +116,15 @@ class LoopRun:
         self.traced = inner_traces(loop)
         self.rounds: list[Round] = []
         self._nests: dict[str, set[str]] = {}
+        self._nothing: dict[tuple[str, int], DataFrame] = {}
+
+    def nothing(self, node: n.Node, depth: int) -> DataFrame:
+        """No updates of ``node`` inside ``depth`` loops (made once: every round
+        asks for them)."""
+        if (node.id, depth) not in self._nothing:
+            empty = self.rt.flow.empty_updates(node.schema).select(*node.columns, DIFF)
+            self._nothing[node.id, depth] = _pad(empty, depth)
+        return self._nothing[node.id, depth]
 
     def nest_of(self, loop: n.Iterate) -> set[str]:
         """The ids of the nodes inside ``loop`` (this loop or one nested in it)."""
@@ -322,8 +331,7 @@ class _EpochState:
         return self.run.nest[node.id][1] if node.id in self.run.nest else 0
 
     def nothing(self, node: n.Node, depth: int) -> DataFrame:
-        empty = self.run.rt.flow.empty_updates(node.schema)
-        return _pad(empty.select(*node.columns, DIFF), depth)
+        return self.run.nothing(node, depth)
 
     def entering(self, node: n.Node) -> DataFrame:
         """A collection's changes at this epoch, from outside the loop."""
@@ -363,11 +371,11 @@ class _EpochState:
         kept = times if previous is None else previous.where(later(t)).unionByName(times)
         self._due[node.id] = kept.distinct().localCheckpoint(eager=True)
 
-    def history(self, node: n.Node, keys: DataFrame) -> DataFrame:
+    def history(self, node: n.Node, keys: KeySet) -> DataFrame:
         """The node's updates of earlier epochs for ``keys``, as ``(data, _time1…, _diff)``."""
         pinned = self._pinned(node)
         if pinned is not None:
-            return _for_keys(pinned, keys)
+            return keys.select(pinned)
         return self._read_history(node, keys)
 
     def _pinned(self, node: n.Node) -> DataFrame | None:
@@ -386,16 +394,17 @@ class _EpochState:
             return self.run.rt.loop_trace(self.run.loop, node)
         return None if self.epoch == 0 else self.run.rt.trace(node)
 
-    def _read_history(self, node: n.Node, keys: DataFrame | None) -> DataFrame:
+    def _read_history(self, node: n.Node, keys: KeySet | None) -> DataFrame:
         trace = self._trace(node)
         if trace is None:
             return self.nothing(node, self.depth(node))
+        frame = None if keys is None else keys.frame
         if node.id in self.run.nest:
             # Epochs before this one are all alike to it: only iterations matter.
-            df = trace.updates(keys).where(F.col(TIME) < self.epoch)
+            df = trace.updates(frame).where(F.col(TIME) < self.epoch)
             cols = [*node.columns, *iterations(self.depth(node)), DIFF]
             return linear.consolidate(df.select(*cols))
-        return trace.read_at((self.epoch - 1,), keys=keys).select(*node.columns, DIFF)
+        return trace.read_at((self.epoch - 1,), keys=frame).select(*node.columns, DIFF)
 
     def _this_epoch(self, node: n.Node) -> DataFrame:
         if node.id in self.run.nest:
@@ -405,17 +414,17 @@ class _EpochState:
     def before(self, node: n.Node, t: LoopTime) -> Known:
         """An arrangement's updates processed before round ``t``."""
 
-        def read(keys: DataFrame) -> DataFrame:
+        def read(keys: KeySet) -> DataFrame:
             mine = _pad(self._this_epoch(node), len(t)).where(earlier(t))
-            return _pad(self.history(node, keys), len(t)).unionByName(_for_keys(mine, keys))
+            return _pad(self.history(node, keys), len(t)).unionByName(keys.select(mine))
 
         return read
 
     def known(self, node: n.Node, depth: int) -> Known:
         """Every update of the node seen so far, at any time."""
 
-        def read(keys: DataFrame) -> DataFrame:
-            mine = _pad(_for_keys(self._this_epoch(node), keys), depth)
+        def read(keys: KeySet) -> DataFrame:
+            mine = _pad(keys.select(self._this_epoch(node)), depth)
             return _pad(self.history(node, keys), depth).unionByName(mine)
 
         return read
@@ -448,13 +457,11 @@ class _EpochState:
 def _pad(df: DataFrame, depth: int) -> DataFrame:
     """Updates of a collection from outside some loops, read inside them: they
     entered at iteration 0 of each."""
-    missing = [c for c in iterations(depth) if c not in df.columns]
-    return df.select(*df.columns, *[F.lit(0).cast("long").alias(c) for c in missing])
-
-
-def _for_keys(df: DataFrame, keys: DataFrame) -> DataFrame:
-    key = list(keys.columns)
-    return null_safe_join(df, keys.distinct(), key, "left_semi") if key else df
+    columns = df.columns
+    missing = [c for c in iterations(depth) if c not in columns]
+    if not missing:
+        return df
+    return df.select(*columns, *[F.lit(0).cast("long").alias(c) for c in missing])
 
 
 def _home(node: n.Node) -> n.Node:
