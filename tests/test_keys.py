@@ -42,7 +42,7 @@ def _bag(df: DataFrame) -> Counter[tuple[Any, ...]]:
 
 @pytest.mark.parametrize(
     ("literal", "collected", "held"),
-    [(64, 10_000, "literals"), (0, 10_000, "local relation"), (0, 3, "plan")],
+    [(64, 10_000, "literals"), (0, 10_000, "collected frame"), (0, 3, "plan")],
 )
 @pytest.mark.parametrize("key", [["a"], ["a", "b"]])
 def test_a_key_set_selects_what_a_null_safe_semi_join_selects(
@@ -60,6 +60,9 @@ def test_a_key_set_selects_what_a_null_safe_semi_join_selects(
     probe = spark.createDataFrame(_rows(rng, 12), DATA).select(*key)  # repeats, NULLs
     keys = KeySet.of(probe)
     assert (keys.rows is None) == (held == "plan")
+    plan = keys.select(data)._jdf.queryExecution().executedPlan().toString()
+    if held == "collected frame":
+        assert "BroadcastHashJoin" in plan and "SortMergeJoin" not in plan
     expected = null_safe_join(data, probe.distinct(), key, "left_semi")
     assert _bag(keys.select(data)) == _bag(expected)
     if keys.rows is not None:

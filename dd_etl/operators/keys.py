@@ -6,8 +6,8 @@ size it cannot see, as two shuffles and a sort, and recomputes the keys' own
 ``distinct`` inside every plan that uses them. So keys are collected once when
 they are not too many. A few become a literal ``IN`` filter, which Spark pushes
 into every scan: no join at all, and an empty key set prunes the lookup at
-planning time. More become a local relation, whose size Spark knows, so it
-broadcasts them instead of shuffling the arrangement. Only a great many keys
+planning time. More become a small frame joined by broadcast, so the
+arrangement is not shuffled. Only a great many keys
 stay a plan joined the general way.
 """
 
@@ -43,7 +43,7 @@ class KeySet:
     @staticmethod
     def of(keys: DataFrame) -> KeySet:
         """Collect ``keys`` (one row per key or with repeats) if they are not too
-        many: one Spark job without a shuffle, none if the frame is local."""
+        many: one Spark job without a shuffle."""
         if not keys.columns:
             return KeySet(keys.schema, keys)  # one group, always looked up whole
         scanned = SCANNED_ROWS * COLLECTED_KEYS
@@ -51,8 +51,8 @@ class KeySet:
         distinct = tuple(dict.fromkeys(tuple(r) for r in rows))
         if len(rows) == scanned or len(distinct) > COLLECTED_KEYS:
             return KeySet(keys.schema, keys.distinct())
-        local = keys.sparkSession.createDataFrame(list(distinct), keys.schema)
-        return KeySet(keys.schema, local, distinct)
+        collected = keys.sparkSession.createDataFrame(list(distinct), keys.schema)
+        return KeySet(keys.schema, collected, distinct)
 
     @property
     def columns(self) -> list[str]:
@@ -69,9 +69,12 @@ class KeySet:
         NULL matches NULL, as grouping keys may be NULL."""
         if not self.columns:
             return df  # one group: every row
-        if self.rows is not None and len(self.rows) <= LITERAL_KEYS:
+        if self.rows is None:
+            return null_safe_join(df, self.frame, self.columns, "left_semi")
+        if len(self.rows) <= LITERAL_KEYS:
             return df.where(_among(self.schema, self.rows))
-        return null_safe_join(df, self.frame, self.columns, "left_semi")
+        # A frame made from Python rows is an RDD to Spark, of unknown size: say so.
+        return null_safe_join(df, F.broadcast(self.frame), self.columns, "left_semi")
 
 
 def _among(schema: StructType, rows: Sequence[tuple[Any, ...]]) -> Column:
