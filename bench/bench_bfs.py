@@ -19,6 +19,12 @@ Every ``--scratch-every`` epochs it also times the from-scratch evaluation of th
 same loop on the same Spark (``recompute``), for the ratio of incremental to
 from-scratch time, and at the end of each sequence checks the result against
 networkx. Results: ``bench/results/bfs.json`` and ``bench/results/bfs.png``.
+
+A sequence stopped by its ``--budget`` goes on later with ``--resume DIR``, DIR
+being the scratch directory its run kept (``--keep``): the changes are drawn
+again from the seeded generator, the warehouse is checked to hold their result,
+and a new process applies the rest. The runtime picks up from its committed
+traces, as after any restart; the plot marks where.
 """
 
 from __future__ import annotations
@@ -104,26 +110,28 @@ def loop_records(rt: Runtime) -> int:
 
 
 def sequence(
-    spark: SparkSession, root: Path, args: argparse.Namespace, group: int, total: int
+    spark: SparkSession,
+    root: Path,
+    args: argparse.Namespace,
+    group: int,
+    total: int,
+    before: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    started_at = time.time()
+    """Apply ``total`` changes, ``group`` per epoch, or as many as the budget allows;
+    ``before`` is this group's sequence recorded so far on ``root``, to go on with."""
     graph = Graph(args.nodes, args.edges, args.seed)
     flow = Dataflow(spark, root / f"group_{group}")
     edges = flow.source("edges", StructType(EDGES.fields[:2]))
     roots = flow.source("roots", StructType(ROOTS.fields[:1]))
     flow.view("bfs", graphs.bfs(roots, edges))
     rt = Runtime(flow)
-    rows = [(a, b, 1) for a, b in sorted(graph.edges)]
-    rt.append_source("edges", spark.createDataFrame(rows, EDGES), 0)
-    rt.append_source("roots", spark.createDataFrame([(0, 1)], ROOTS), 0)
-    started = time.perf_counter()
-    load = rt.run()
-    load_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    recompute(rt, "bfs", 0).count()
-    scratch_load = time.perf_counter() - started
-    epochs: list[dict[str, Any]] = []
-    applied = 0
+    settings = {"maintain_every": args.maintain_every, "scratch_every": args.scratch_every}
+    if before is None:
+        out = {"group": group, **load(spark, rt, graph), "settings": settings, "resumed": []}
+    else:
+        out = resume(rt, graph, before, settings)
+    epochs: list[dict[str, Any]] = out["epochs"]
+    applied = epochs[-1]["changes_so_far"] if epochs else 0
     deadline = time.monotonic() + args.budget
     while applied < total and time.monotonic() < deadline:
         epoch = len(epochs) + 1
@@ -155,18 +163,58 @@ def sequence(
         epochs.append(row)
         print(f"group {group}: epoch {epoch}, {applied} changes, {seconds:.1f}s", file=sys.stderr)
     got = Counter(tuple(r) for r in rt.read("bfs").collect())
-    return {
-        "group": group,
-        "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started_at)),
+    return out | {
         "changes_requested": total,
         "changes_applied": applied,
-        "load_seconds": round(load_seconds, 3),
-        "load_rounds": [[r.iteration, r.updates] for r in load.rounds],
-        "from_scratch_load_seconds": round(scratch_load, 3),
         "equals_networkx": got == graph.distances(0),
         "epochs": epochs,
         "latency_by_window": windows(epochs),
         "incremental_over_from_scratch": ratio(epochs),
+    }
+
+
+def load(spark: SparkSession, rt: Runtime, graph: Graph) -> dict[str, Any]:
+    """Epoch 0, the whole graph and the root, run incrementally and from scratch."""
+    recorded = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    rows = [(a, b, 1) for a, b in sorted(graph.edges)]
+    rt.append_source("edges", spark.createDataFrame(rows, EDGES), 0)
+    rt.append_source("roots", spark.createDataFrame([(0, 1)], ROOTS), 0)
+    started = time.perf_counter()
+    report = rt.run()
+    load_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    recompute(rt, "bfs", 0).count()
+    return {
+        "recorded": recorded,
+        "load_seconds": round(load_seconds, 3),
+        "load_rounds": [[r.iteration, r.updates] for r in report.rounds],
+        "from_scratch_load_seconds": round(time.perf_counter() - started, 3),
+        "epochs": [],
+    }
+
+
+def resume(
+    rt: Runtime, graph: Graph, before: dict[str, Any], settings: dict[str, int]
+) -> dict[str, Any]:
+    """Replay the recorded changes on ``graph`` (its generator is seeded, so they come
+    out the same) and check the warehouse holds their result, so a sequence its
+    budget stopped goes on in a new process where it left off."""
+    if before.get("settings", settings) != settings:
+        raise SystemExit(f"--resume: group {before['group']} was run with {before['settings']}")
+    applied = 0
+    for e in before["epochs"]:
+        applied += len(graph.changes(e["changes_so_far"] - applied))
+    got = Counter(tuple(r) for r in rt.read("bfs").collect())
+    if got != graph.distances(0):
+        raise SystemExit(
+            f"--resume: the warehouse of group {before['group']} does not hold the result "
+            f"of its {applied} recorded changes"
+        )
+    at = {"changes": applied, "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    return before | {
+        "settings": settings,
+        "resumed": [*before.get("resumed", []), at],
+        "epochs": list(before["epochs"]),
     }
 
 
@@ -205,24 +253,28 @@ def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict
         "sequences": [],
     }
     runs = [tuple(int(x) for x in spec.split(":")) for spec in args.groups.split(",")]
-    kept = recorded_sequences(args, {group for group, _ in runs})
+    recorded = recorded_sequences(args)
+    kept = [s for s in recorded if s["group"] not in {group for group, _ in runs}]
     for group, total in runs:
-        kept.append(sequence(spark, root, args, group, total))
+        before = next((s for s in recorded if s["group"] == group), None) if args.resume else None
+        if args.resume and before is None:
+            raise SystemExit(f"--resume: no recorded sequence of group {group} to go on with")
+        kept.append(sequence(spark, root, args, group, total, before))
         result["sequences"] = sorted(kept, key=lambda s: s["group"])
         write_json("bfs", result)  # partial results survive an interrupted run
     return result
 
 
-def recorded_sequences(args: argparse.Namespace, rerun: set[int]) -> list[dict[str, Any]]:
-    """The sequences already recorded for the same graph but other group sizes, so
-    one group size can be measured again on its own without losing the others."""
+def recorded_sequences(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The sequences already recorded for the same graph, so one group size can be
+    measured again (or resumed) on its own without losing the others."""
     path = RESULTS / "bfs.json"
     if not path.exists():
         return []
     old = json.loads(path.read_text())
     if (old["nodes"], old["edges"], old["seed"]) != (args.nodes, args.edges, args.seed):
         return []
-    return [s for s in old["sequences"] if s["group"] not in rerun]
+    return list(old["sequences"])
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -230,7 +282,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     latency, per_iteration, state = fig.subplots(1, 3)
     for s in result["sequences"]:
         xs = [e["changes_so_far"] for e in s["epochs"]]
-        latency.plot(xs, [e["seconds"] for e in s["epochs"]], ".", label=f"{s['group']} per epoch")
+        seconds = [e["seconds"] for e in s["epochs"]]
+        dots = latency.plot(xs, seconds, ".", label=f"{s['group']} per epoch")[0]
+        for at in s.get("resumed", []):  # a new process went on from here
+            latency.axvline(at["changes"], linestyle=":", color=dots.get_color())
         records = [e["loop_trace_records"] for e in s["epochs"]]
         line = state.plot(xs, records, "-", label=f"{s['group']} per epoch")[0]
         merged = [e for e in s["epochs"] if "loop_trace_records_after_maintenance" in e]
@@ -274,10 +329,21 @@ def main() -> None:
     parser.add_argument("--maintain-every", type=int, default=10)
     parser.add_argument("--scratch-every", type=int, default=10)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the warehouses (to --resume)")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="a kept scratch directory: go on with its recorded sequences where they stopped",
+    )
     args = parser.parse_args()
     run_recorded(
-        "bfs", lambda spark, root: benchmark(spark, root, args), plot, args.workdir, args.keep
+        "bfs",
+        lambda spark, root: benchmark(spark, root, args),
+        plot,
+        args.workdir,
+        args.keep,
+        reuse=args.resume,
     )
 
 

@@ -66,10 +66,12 @@ def run_recorded(
     keep: bool,
     memory: str = "4g",
     count_jobs: bool = False,
+    reuse: Path | None = None,
 ) -> None:
     """Run ``benchmark`` in a scratch directory on its own session, then record its
-    result as JSON and a plot under ``results/``."""
-    root = Path(tempfile.mkdtemp(prefix=f"{name}_", dir=workdir))
+    result as JSON and a plot under ``results/``. ``reuse`` names the scratch
+    directory of an earlier run (kept with ``keep``) to work in again; it is kept."""
+    root = reuse or Path(tempfile.mkdtemp(prefix=f"{name}_", dir=workdir))
     spark = spark_session(f"bench_{name}", memory, count_jobs)
     try:
         result = benchmark(spark, root)
@@ -78,7 +80,7 @@ def run_recorded(
         print(f"wrote {RESULTS / (name + '.json')} and {RESULTS / (name + '.png')}")
     finally:
         spark.stop()
-        if keep:
+        if keep or reuse:
             print(f"scratch data kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
