@@ -12,6 +12,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.operators.iterative import earlier, iterations, later, not_after
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.spark
 
 EDGES = StructType([StructField("src", LongType()), StructField("dst", LongType())])
 CHANGES = StructType([*EDGES.fields, StructField("_diff", LongType())])
+ROOT = StructType([StructField("node", LongType())])
+ROOT_CHANGES = StructType([*ROOT.fields, StructField("_diff", LongType())])
 NODES = 7
 
 Edge = tuple[int, int]
@@ -78,7 +81,7 @@ def test_loops_from_one_collection_inside_a_loop_stay_apart(
     so their state is never mixed up."""
     flow = Dataflow(spark, tmp_path)
     edges = flow.source("edges", EDGES)
-    roots = flow.source("roots", StructType([StructField("node", LongType())]))
+    roots = flow.source("roots", ROOT)
     forward = edges.select("src", "dst")
     backward = edges.select(src="dst", dst="src")
 
@@ -112,3 +115,69 @@ def test_round_order_is_lexicographic_and_accumulation_is_the_product_order(
         assert where(later(t)) == {s for s in times if s > t}
         below = {s for s in times if all(a <= b for a, b in zip(s, t, strict=True))}
         assert where(not_after(t)) == below
+
+
+def test_a_change_redoes_only_the_outer_iterations_it_affects(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Distances in hops where some edges are free: an outer loop takes one hop
+    per iteration, an inner loop closes over the free edges at each distance.
+    On a chain of hops 0→1→2→3, each node with a free edge k→10+k, cutting the
+    last hop redoes nothing in the inner loops before outer iteration 2, where
+    node 2's distance first met that edge."""
+    flow = Dataflow(spark, tmp_path)
+    hops = flow.source("hops", EDGES).select(h_src="src", h_dst="dst")
+    free = flow.source("free", EDGES).select(f_src="src", f_dst="dst")
+    start = flow.source("roots", ROOT).select("node", dist=F.lit(0).cast("long"))
+
+    def least(c: Collection) -> Collection:
+        return c.extreme("min", ["node"], "dist", hierarchical=False)
+
+    def outer(dists: Collection) -> Collection:
+        hopped = dists.join(hops, left_on=["node"], right_on=["h_src"]).select(
+            F.col("h_dst").alias("node"), (F.col("dist") + 1).alias("dist")
+        )
+        reached = least(start.concat(hopped))
+
+        def inner(closed: Collection) -> Collection:
+            moved = closed.join(free, left_on=["node"], right_on=["f_src"]).select(
+                F.col("f_dst").alias("node"), "dist"
+            )
+            return least(reached.concat(moved))
+
+        return reached.iterate(inner)
+
+    flow.view("dist", start.iterate(outer))
+    rt = Runtime(flow)
+
+    def epoch(e: int, hop: list[tuple[int, int, int]], side: list[tuple[int, int, int]]) -> None:
+        rt.append_source("hops", spark.createDataFrame(hop, CHANGES), e)
+        rt.append_source("free", spark.createDataFrame(side, CHANGES), e)
+        rt.append_source(
+            "roots", spark.createDataFrame([(0, 1)] if e == 0 else [], ROOT_CHANGES), e
+        )
+
+    def expected(chain: list[Edge]) -> Counter[tuple[int, int]]:
+        g = nx.DiGraph()
+        g.add_weighted_edges_from([(*e, 1) for e in chain] + [(*e, 0) for e in sides])
+        return Counter(nx.single_source_dijkstra_path_length(g, 0).items())
+
+    def dist() -> Counter[tuple[int, int]]:
+        return Counter(tuple(r) for r in rt.read("dist").collect())
+
+    chain = [(k, k + 1) for k in range(3)]
+    sides = [(k, 10 + k) for k in range(4)]
+    epoch(0, [(*e, 1) for e in chain], [(*e, 1) for e in sides])
+    load = rt.run()
+    assert dist() == expected(chain)
+    assert any(r.within and r.updates for r in load.rounds), "the inner loops ran"
+
+    epoch(1, [(2, 3, -1)], [])
+    report = rt.run()
+    assert dist() == expected(chain[:-1])
+    # Round 0 of the outer loop takes the cut in; then nothing runs, outer or
+    # inner, before outer iteration 2.
+    outer_busy = [r.iteration for r in report.rounds if not r.within and r.updates]
+    inner_busy = {r.within[0] for r in report.rounds if r.within and r.updates}
+    assert outer_busy[0] == 0 and min(outer_busy[1:]) == 2, outer_busy
+    assert inner_busy == {2}, inner_busy
