@@ -196,3 +196,48 @@ def test_vacuum_removes_stray_and_merged_away_files_but_keeps_staged_ones(
     on_disk = {p.relative_to(uri).as_posix() for p in (uri / "data").rglob("*.parquet")}
     assert on_disk == live
     assert contents(trace.read_at((2,))) == {(k, "x"): 2 for k in range(8)}
+
+
+def _log_versions(uri: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in (uri / "_delta_log").glob("*.json"))
+
+
+def _annotate_until(trace: DeltaTrace, version: int) -> None:
+    """State-only commits (no Spark job) until the table is at ``version``."""
+    while trace.snapshot.version < version:
+        trace.annotate({"step": str(trace.snapshot.version)})
+
+
+def test_vacuum_shortens_the_log_to_the_latest_checkpoint(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Every open lists the whole log, so vacuum drops the entries before the latest
+    checkpoint: the trace still opens and reads the same, and a writer that loaded
+    a version no longer in the log finds itself stale and commits on the new one."""
+    uri = tmp_path / "t"
+    trace = new_trace(spark, uri)
+    trace.compare_and_append(frame(spark, [((1, "a"), (0,), 1)]), e(0), e(1))
+    stale = DeltaTrace(spark, str(uri))
+    _annotate_until(trace, 120)  # delta-rs checkpoints versions 99, 199, …
+    removed = trace.vacuum(retention_hours=0)
+    assert "_delta_log/00000000000000000000.json" in removed
+    assert _log_versions(uri)[0] == 99
+    reopened = DeltaTrace(spark, str(uri))
+    assert reopened.state == trace.state
+    assert contents(reopened.read_at()) == {(1, "a"): 1}
+    stale.annotate({"late": "yes"})
+    assert DeltaTrace(spark, str(uri)).state.meta_map["late"] == "yes"
+
+
+def test_vacuum_keeps_the_log_back_to_the_latest_state(spark: SparkSession, tmp_path: Path) -> None:
+    """A checkpoint written at a commit of another Delta tool (no trace state) must
+    not take the state before it out of the log."""
+    uri = tmp_path / "t"
+    trace = new_trace(spark, uri)
+    _annotate_until(trace, 98)
+    table = DeltaTable(str(uri))
+    table.create_write_transaction([], "append", table.schema())  # version 99, checkpointed
+    assert (uri / "_delta_log" / "00000000000000000099.checkpoint.parquet").exists()
+    trace.vacuum(retention_hours=0)
+    assert _log_versions(uri)[0] == 98
+    assert DeltaTrace(spark, str(uri)).state == trace.reload()

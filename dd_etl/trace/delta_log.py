@@ -11,8 +11,11 @@ so external tools see which intervals a trace has taken in.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -28,10 +31,11 @@ from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
 
 STATE_KEY = "dd_etl.trace_state"
 TABLE_CONFIGURATION = {
-    # Every commit carries the whole state, so the log grows with each step;
-    # only the newest state is ever read, so old commits may go after a week.
-    "delta.logRetentionDuration": "interval 7 days",
-    "delta.enableExpiredLogCleanup": "true",
+    # The log grows by a commit per step, and only the newest state is ever read:
+    # ``clean_log`` (run by vacuum) shortens it. Delta's own expiry is off because
+    # it could take the latest state out of the log of a trace that saw only
+    # other tools' commits (vacuums) for a week.
+    "delta.enableExpiredLogCleanup": "false",
 }
 OPERATION_KEY = "dd_etl.operation"
 
@@ -48,16 +52,20 @@ def open_table(uri: str, version: int | None = None) -> DeltaTable:
 
 
 def read_state(table: DeltaTable) -> TraceState:
-    """The state committed last at or before the table's version.
+    """The state committed last at or before the table's version."""
+    return latest_state(table)[1]
 
-    Commits by other Delta tools (e.g. vacuum) carry no state; look past them.
+
+def latest_state(table: DeltaTable) -> tuple[int, TraceState]:
+    """The state committed last at or before the table's version, and that commit's
+    version. Commits by other Delta tools (e.g. vacuum) carry no state; look past them.
     """
     limit = 1
     while True:
         history = table.history(limit)
         for entry in history:
             if STATE_KEY in entry:
-                return TraceState.from_json(entry[STATE_KEY])
+                return int(entry["version"]), TraceState.from_json(entry[STATE_KEY])
         if len(history) < limit:
             raise TraceNotFound(table.table_uri)
         limit *= 8
@@ -105,7 +113,13 @@ def create(uri: str, state: TraceState, arrow_schema: object) -> None:
 
 
 def commit(uri: str, expected_version: int, change: Commit) -> int:
-    table = open_table(uri, expected_version)
+    try:
+        table = open_table(uri, expected_version)
+    except TraceNotFound:
+        # ``clean_log`` removed that version: only after a newer state was committed.
+        if open_table(uri).version() > expected_version:
+            raise StaleVersion(f"{uri}: version {expected_version} left the log") from None
+        raise
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
         AddAction(f.path, f.size, {}, now, True, f.stats) for f in change.add
@@ -136,3 +150,32 @@ def vacuum_removed(uri: str, retention_hours: int) -> list[str]:
     return table.vacuum(
         retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
     )
+
+
+_LOG_ENTRY = re.compile(r"(\d{20})\.(?:json|crc|checkpoint(?:\.\d+\.\d+)?\.parquet)")
+
+
+def clean_log(uri: str, retention_hours: float) -> list[str]:
+    """Delete the log entries older than both the latest checkpoint and the latest
+    committed state, once ``retention_hours`` old; returns their paths.
+
+    Opening a table lists its whole log directory, so a log that keeps every
+    commit makes each open dearer as epochs accumulate. Nothing reads these
+    entries: an open starts from the latest checkpoint and ``latest_state`` stops
+    at the latest state. A writer that expected one of their versions is stale
+    anyway, and ``commit`` tells it so. Oldest first, so a crash leaves a suffix.
+    """
+    log = Path(uri) / "_delta_log"
+    try:
+        checkpoint = int(json.loads((log / "_last_checkpoint").read_text())["version"])
+    except FileNotFoundError:
+        return []
+    keep_from = min(checkpoint, latest_state(open_table(uri))[0])
+    cutoff = time.time() - retention_hours * 3600
+    removed = []
+    for path in sorted(log.iterdir()):
+        entry = _LOG_ENTRY.fullmatch(path.name)
+        if entry and int(entry[1]) < keep_from and path.stat().st_mtime <= cutoff:
+            path.unlink(missing_ok=True)
+            removed.append(f"_delta_log/{path.name}")
+    return removed

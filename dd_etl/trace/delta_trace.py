@@ -180,8 +180,9 @@ class DeltaTrace(Trace[DataFrame]):
     # ------------------------------------------------------------ maintenance
 
     def vacuum(self, retention_hours: float = 24.0) -> list[str]:
-        """Delete files no reader can reach: removed by merges, or written by attempts
-        that never committed, once they are older than ``retention_hours``.
+        """Delete files no reader can reach: removed by merges, written by attempts
+        that never committed, or log entries before the latest checkpoint and state,
+        once they are older than ``retention_hours``.
 
         Staged files of merges in progress are kept.
         """
@@ -200,7 +201,7 @@ class DeltaTrace(Trace[DataFrame]):
         for d in sorted((root / "data").glob("**/"), reverse=True):
             if d != root / "data" and not any(d.iterdir()):
                 d.rmdir()
-        return removed
+        return removed + delta_log.clean_log(self.uri, retention_hours)
 
 
 def discard_table(path: Path) -> None:
