@@ -97,8 +97,14 @@ class MemoryStorage:
         return files
 
     def write_batch(
-        self, state: TraceState, batch_id: str, updates: list[Update]
+        self,
+        state: TraceState,
+        batch_id: str,
+        updates: list[Update],
+        at_most: int | None = None,
     ) -> list[DataFile]:
+        # a caller's bound must hold: Delta storage trusts it and writes nothing for 0
+        assert at_most is None or len(consolidate(updates)) <= at_most, "bound broken"
         return self._write(batch_dir(batch_id), state, updates)
 
     def merge_slice(

@@ -18,7 +18,7 @@ from dd_etl.trace import delta_log, spark_files
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.trace import Trace
-from tests.model_storage import Update, accumulate, model_trace
+from tests.model_storage import Update, accumulate, consolidate, model_trace
 
 pytestmark = pytest.mark.spark
 
@@ -59,8 +59,15 @@ def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
             for _ in range(rng.randrange(0, 9))
         ]
         reference += updates
-        assert delta.compare_and_append(frame(spark, updates), e(epoch), e(epoch + 1))
-        model.compare_and_append(updates, e(epoch), e(epoch + 1))
+        # A caller may bound the updates it appends (exactly, loosely, or as 0 when
+        # there are none), so they are written without being counted first.
+        distinct = len(consolidate(updates))
+        at_most = rng.choice([None, distinct, distinct + rng.randrange(1, 8)])
+        appended = delta.compare_and_append(
+            frame(spark, updates), e(epoch), e(epoch + 1), at_most=at_most
+        )
+        assert appended
+        model.compare_and_append(updates, e(epoch), e(epoch + 1), at_most=at_most)
         if rng.random() < 0.6:
             hold = e(rng.randrange(delta.state.since.epoch_bound() or 0, epoch + 2))
             hold = delta.state.hold_map["r"].logical.join(hold)

@@ -151,7 +151,10 @@ class LoopRun:
             zeros = (0,) * (trace.state.dims - 1)
             updates = st.staged(node).withColumn(TIME, F.lit(e).cast("long"))
             return trace.compare_and_append(
-                updates, Antichain.of((e, *zeros)), Antichain.of((e + 1, *zeros))
+                updates,
+                Antichain.of((e, *zeros)),
+                Antichain.of((e + 1, *zeros)),
+                at_most=st.counted.staged_in_all(_home(node).id),
             )
 
         with ThreadPoolExecutor(max_workers=len(self.traced) or 1) as pool:
@@ -188,6 +191,8 @@ class LoopRun:
             work = st.work(loop, prefix, entering if k == 0 else {})
             self.rounds.append(Round(loop.id, st.epoch, k, work.updates(k), prefix))
             k = min((j for j in work.iterations() if j > k), default=None)
+        if not prefix:
+            st.counted = work  # counted after the last round: every update the epoch staged
         return st.leaving(loop.variable, prefix)
 
     # ----------------------------------------------------------------- rounds
@@ -302,6 +307,10 @@ class _Work:
     def staged(self, node_id: str, i: int) -> int:
         return self.rows.get(("staged", node_id, i), 0)
 
+    def staged_in_all(self, node_id: str) -> int:
+        """The node's staged updates at every iteration: what its trace appends."""
+        return sum(c for (kind, x, _), c in self.rows.items() if kind == "staged" and x == node_id)
+
     def due(self, node_id: str, i: int) -> int:
         return self.rows.get(("due", node_id, i), 0)
 
@@ -326,6 +335,7 @@ class _EpochState:
         self._due: dict[str, DataFrame] = {}  # reductions: (key, iterations to evaluate at)
         self._entering: dict[str, DataFrame] = {}
         self._history: dict[str, DataFrame | None] = {}
+        self.counted = _Work({})  # the top loop's last count of its work
 
     def depth(self, node: n.Node) -> int:
         return self.run.nest[node.id][1] if node.id in self.run.nest else 0

@@ -62,29 +62,30 @@ class DeltaStorage:
     def commit(self, expected_version: int, commit: Commit) -> int:
         return delta_log.commit(self.uri, expected_version, commit)
 
-    def write_batch(self, state: TraceState, batch_id: str, updates: DataFrame) -> list[DataFile]:
+    def write_batch(
+        self, state: TraceState, batch_id: str, updates: DataFrame, at_most: int | None = None
+    ) -> list[DataFile]:
+        if at_most == 0:
+            return []
         stored = spark_files.to_stored(state, updates)
-        if spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES:
-            # Surely one file's worth: write it in one job, count from the footers.
-            return spark_files.write_files(
-                self.spark, self.uri, batch_dir(batch_id), state, stored, 1, self.rows_per_file
-            )
+        if at_most is None and spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES:
+            at_most = 1  # surely one file's worth
+        if at_most is not None:  # one job; the footers count the records
+            return self._write(state, batch_id, stored, at_most)
         stored = stored.persist()
         try:
             records = stored.count()
-            if records == 0:
-                return []
-            return spark_files.write_files(
-                self.spark,
-                self.uri,
-                batch_dir(batch_id),
-                state,
-                stored,
-                records,
-                self.rows_per_file,
-            )
+            return self._write(state, batch_id, stored, records) if records else []
         finally:
             stored.unpersist()
+
+    def _write(
+        self, state: TraceState, batch_id: str, stored: DataFrame, records: int
+    ) -> list[DataFile]:
+        directory = batch_dir(batch_id)
+        return spark_files.write_files(
+            self.spark, self.uri, directory, state, stored, records, self.rows_per_file
+        )
 
     def merge_slice(
         self, state: TraceState, merge: Merge, inputs: Sequence[DataFile], hashes: HashRange

@@ -99,9 +99,11 @@ class Trace(Generic[U]):
         lower: Antichain,
         upper: Antichain,
         meta: Mapping[str, str] | None = None,
+        at_most: int | None = None,
     ) -> bool:
         """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``,
-        recording ``meta`` in the same commit.
+        recording ``meta`` in the same commit. ``at_most`` bounds the number of
+        updates when the caller knows it, so the storage need not count them.
 
         A no-op returning False when the trace already reached ``upper`` (the
         interval was appended before, e.g. by a run that crashed after committing).
@@ -113,7 +115,7 @@ class Trace(Generic[U]):
         if lower != state.upper:
             raise UpperMismatch(self.name, lower, state.upper)
         batch_id = new_batch_id()
-        files = self.storage.write_batch(state, batch_id, updates)
+        files = self.storage.write_batch(state, batch_id, updates, at_most)
         failpoint("append.files_written")
         records = sum(f.records for f in files)
         description = Description(lower, upper, Antichain.minimum(state.dims))
