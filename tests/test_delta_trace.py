@@ -225,10 +225,11 @@ def test_vacuum_shortens_the_log_to_the_latest_checkpoint(
     trace = new_trace(spark, uri)
     trace.compare_and_append(frame(spark, [((1, "a"), (0,), 1)]), e(0), e(1))
     stale = DeltaTrace(spark, str(uri))
-    _annotate_until(trace, 120)  # delta-rs checkpoints versions 99, 199, …
+    # delta-rs checkpoints the versions before each multiple of the interval
+    _annotate_until(trace, 3 * delta_log.CHECKPOINT_INTERVAL + 2)
     removed = trace.vacuum(retention_hours=0)
     assert "_delta_log/00000000000000000000.json" in removed
-    assert _log_versions(uri)[0] == 99
+    assert _log_versions(uri)[0] == 3 * delta_log.CHECKPOINT_INTERVAL - 1
     reopened = DeltaTrace(spark, str(uri))
     assert reopened.state == trace.state
     assert contents(reopened.read_at()) == {(1, "a"): 1}
@@ -241,10 +242,11 @@ def test_vacuum_keeps_the_log_back_to_the_latest_state(spark: SparkSession, tmp_
     not take the state before it out of the log."""
     uri = tmp_path / "t"
     trace = new_trace(spark, uri)
-    _annotate_until(trace, 98)
+    foreign = 2 * delta_log.CHECKPOINT_INTERVAL - 1
+    _annotate_until(trace, foreign - 1)
     table = DeltaTable(str(uri))
-    table.create_write_transaction([], "append", table.schema())  # version 99, checkpointed
-    assert (uri / "_delta_log" / "00000000000000000099.checkpoint.parquet").exists()
+    table.create_write_transaction([], "append", table.schema())  # checkpointed
+    assert (uri / "_delta_log" / f"{foreign:020}.checkpoint.parquet").exists()
     trace.vacuum(retention_hours=0)
-    assert _log_versions(uri)[0] == 98
+    assert _log_versions(uri)[0] == foreign - 1
     assert DeltaTrace(spark, str(uri)).state == trace.reload()

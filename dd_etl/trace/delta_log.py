@@ -30,12 +30,18 @@ from dd_etl.trace.state import TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
 
 STATE_KEY = "dd_etl.trace_state"
+CHECKPOINT_INTERVAL = 10
+"""Commits between Delta checkpoints of a trace. An open replays every commit
+since the latest checkpoint, each carrying the whole trace state, and a trace
+is opened dozens of times an epoch: at delta-rs's default of 100 an open cost
+several times what it does just after a checkpoint."""
 TABLE_CONFIGURATION = {
     # The log grows by a commit per step, and only the newest state is ever read:
     # ``clean_log`` (run by vacuum) shortens it. Delta's own expiry is off because
     # it could take the latest state out of the log of a trace that saw only
     # other tools' commits (vacuums) for a week.
     "delta.enableExpiredLogCleanup": "false",
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
 }
 OPERATION_KEY = "dd_etl.operation"
 
