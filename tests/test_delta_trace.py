@@ -4,8 +4,10 @@ from the log alone, file pruning, idempotent commits, racing writers, vacuum."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from dd_etl.lattice import Antichain
 from dd_etl.trace import delta_log, spark_files
+from dd_etl.trace.batch import DataFile
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.trace import Trace
@@ -176,17 +179,23 @@ def test_racing_writers_never_duplicate_or_lose_an_interval(
     assert contents(trace.read_at()) == expected
 
 
-def test_vacuum_removes_stray_and_merged_away_files_but_keeps_staged_ones(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    uri = tmp_path / "t"
+def two_epochs_and_a_stray(spark: SparkSession, uri: Path) -> tuple[DeltaTrace, list[DataFile]]:
+    """A trace of two epochs, held by reader ``r``, and the files of a crashed
+    append: written, never committed."""
     trace = new_trace(spark, uri, rows_per_file=2)
     trace.register_reader("r")
     for epoch in range(2):
         rows = [((k, "x"), (epoch,), 1) for k in range(8)]
         trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
-    # a crashed append: files written, never committed
     stray = trace.storage.write_batch(trace.state, "deadbeef", frame(spark, [((99, "z"), (2,), 1)]))
+    return trace, stray
+
+
+def test_vacuum_removes_stray_and_merged_away_files_but_keeps_staged_ones(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = tmp_path / "t"
+    trace, stray = two_epochs_and_a_stray(spark, uri)
     assert all((uri / f.path).exists() for f in stray)
     trace.downgrade_reader("r", e(2), e(2))
     merged_inputs = trace.files()
@@ -203,6 +212,26 @@ def test_vacuum_removes_stray_and_merged_away_files_but_keeps_staged_ones(
     on_disk = {p.relative_to(uri).as_posix() for p in (uri / "data").rglob("*.parquet")}
     assert on_disk == live
     assert contents(trace.read_at((2,))) == {(k, "x"): 2 for k in range(8)}
+
+
+def test_vacuum_keeps_files_a_merge_removed_recently_however_old(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A reader that opened the trace just before a merge still reads the merged
+    batches: their retention runs from the merge, not from when they were written."""
+    uri = tmp_path / "t"
+    trace, stray = two_epochs_and_a_stray(spark, uri)
+    before_merge = DeltaTrace(spark, str(uri))
+    trace.downgrade_reader("r", e(2), e(2))
+    merged_inputs = trace.files()
+    trace.exert(None)
+    two_days_ago = time.time() - 48 * 3600
+    for f in [*merged_inputs, *stray]:
+        os.utime(uri / f.path, (two_days_ago, two_days_ago))
+    removed = trace.vacuum(retention_hours=24)
+    assert {f.path for f in stray} <= set(removed)
+    assert not {f.path for f in merged_inputs} & set(removed)
+    assert contents(before_merge.read_at((1,))) == {(k, "x"): 2 for k in range(8)}
 
 
 def _log_versions(uri: Path) -> list[int]:

@@ -150,11 +150,19 @@ def commit(uri: str, expected_version: int, change: Commit) -> int:
     return expected_version + 1
 
 
-def vacuum_removed(uri: str, retention_hours: int) -> list[str]:
-    """Delete files that merges removed from the log more than ``retention_hours`` ago."""
-    table = open_table(uri)
-    return table.vacuum(
-        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
+def unreferenced(uri: str, retention_hours: int) -> list[str]:
+    """The files no snapshot of the last ``retention_hours`` can reach: removed from
+    the log that long ago, or never in it and written that long ago.
+
+    A file's age alone is not enough: a merge can remove a batch written days ago,
+    and a reader that opened the table just before still reads it. Delta judges a
+    removed file by when it was removed (the tombstone's timestamp). Nothing is
+    deleted here and nothing is committed."""
+    return open_table(uri).vacuum(
+        retention_hours=retention_hours,
+        dry_run=True,
+        enforce_retention_duration=False,
+        full=True,
     )
 
 

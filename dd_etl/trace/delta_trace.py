@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -181,24 +180,20 @@ class DeltaTrace(Trace[DataFrame]):
     # ------------------------------------------------------------ maintenance
 
     def vacuum(self, retention_hours: float = 24.0) -> list[str]:
-        """Delete files no reader can reach: removed by merges, written by attempts
-        that never committed, or log entries before the latest checkpoint and state,
-        once they are older than ``retention_hours``.
+        """Delete what no reader of the last ``retention_hours`` can reach: files
+        merges removed that long ago, files of attempts that never committed written
+        that long ago, and log entries before the latest checkpoint and state.
 
-        Staged files of merges in progress are kept.
+        Staged files of merges in progress are kept, however old.
         """
         self.reload()
+        staged = {f.path for m in self.state.merges for f in m.staged}
         # The Delta log counts retention in whole hours: round up, never delete early.
-        removed = delta_log.vacuum_removed(self.uri, math.ceil(retention_hours))
-        live = {f.path for fs in self.snapshot.files.values() for f in fs}
-        live |= {f.path for m in self.state.merges for f in m.staged}
-        cutoff = time.time() - retention_hours * 3600
+        unreachable = delta_log.unreferenced(self.uri, math.ceil(retention_hours))
         root = Path(self.uri)
-        for path in sorted((root / "data").rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if path.is_file() and rel not in live and path.stat().st_mtime <= cutoff:
-                path.unlink()
-                removed.append(rel)
+        removed = [p for p in sorted(unreachable) if p.startswith("data/") and p not in staged]
+        for rel in removed:
+            (root / rel).unlink(missing_ok=True)
         for d in sorted((root / "data").glob("**/"), reverse=True):
             if d != root / "data" and not any(d.iterdir()):
                 d.rmdir()

@@ -1,0 +1,61 @@
+"""A view keeps every past epoch readable (``read --as-of``, ``changes``) by holding
+its stored times back, not its batch boundaries: its spine still merges, so a
+long-lived view holds a few batches rather than one per epoch ever run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
+
+from dd_etl.lattice import Antichain
+from dd_etl.plan import Dataflow
+from dd_etl.runtime import Runtime
+from dd_etl.runtime.runner import RETENTION_READER
+
+pytestmark = pytest.mark.spark
+
+KV = StructType([StructField("k", LongType()), StructField("v", LongType())])
+CHANGES = StructType([*KV.fields, StructField("_diff", LongType())])
+EPOCHS = 12
+
+
+def runtime(spark: SparkSession, warehouse: Path) -> Runtime:
+    flow = Dataflow(spark, warehouse)
+    flow.view("kept", flow.source("rows", KV, key=["k"]).filter("v >= 0"))
+    return Runtime(flow)
+
+
+def test_a_view_reads_every_past_epoch_after_its_spine_merged(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rt = runtime(spark, tmp_path)
+    view = rt.trace(rt.flow.views["kept"])
+    # as traces of earlier versions were registered: batch boundaries held at epoch 0
+    view.drop_reader(RETENTION_READER)
+    view.register_reader(RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
+    rt = runtime(spark, tmp_path)
+    view = rt.trace(rt.flow.views["kept"])
+    assert view.state.hold_map[RETENTION_READER].physical.is_empty()
+
+    bags: list[Counter[tuple[int, int]]] = []
+    bag: Counter[tuple[int, int]] = Counter()
+    for epoch in range(EPOCHS):  # each epoch inserts a row and deletes the one of two before
+        changes = [(epoch, epoch, 1)] + ([(epoch - 2, epoch - 2, -1)] if epoch >= 2 else [])
+        rt.append_source("rows", spark.createDataFrame(changes, CHANGES), epoch)
+        rt.run()
+        for k, v, d in changes:
+            bag[(k, v)] += d
+        bags.append(+bag)
+
+    view.exert(None)
+    assert len(view.state.batches) < EPOCHS // 2, "one batch per epoch: nothing merged"
+    for epoch, expected in enumerate(bags):
+        assert Counter(tuple(r) for r in rt.read("kept", epoch).collect()) == expected, epoch
+    feed = Counter((r["k"], r["_time"], r["_diff"]) for r in rt.changes("kept", 3, 9).collect())
+    inserted = Counter({(e, e, 1): 1 for e in range(3, 9)})
+    deleted = Counter({(e - 2, e, -1): 1 for e in range(3, 9)})
+    assert feed == inserted + deleted
