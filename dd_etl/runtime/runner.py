@@ -108,9 +108,12 @@ class Runtime:
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key)
             trace.register_reader(RUNTIME_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
             if isinstance(node, n.View):
-                trace.register_reader(
-                    RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0)
-                )
+                # Past epochs are read by filtering stored times (``read``, ``changes``):
+                # retention holds times back, never batch boundaries, or the view's
+                # spine could never merge and would grow by a batch per epoch.
+                trace.register_reader(RETENTION_READER, Antichain.from_epoch(0), Antichain.empty())
+                if not trace.state.hold_map[RETENTION_READER].physical.is_empty():  # older traces
+                    trace.downgrade_reader(RETENTION_READER, physical=Antichain.empty())
                 if PLAN_META not in trace.state.meta_map:
                     trace.annotate({PLAN_META: node.plan})
             self._traces[name] = trace
@@ -280,8 +283,8 @@ class Runtime:
             since = Antichain.from_epoch(self.readable_from(name))
             self.discard(node)
             trace = self.trace(node)
-            for reader in (RUNTIME_READER, RETENTION_READER):
-                trace.downgrade_reader(reader, since, since)
+            trace.downgrade_reader(RUNTIME_READER, since, since)
+            trace.downgrade_reader(RETENTION_READER, since)
         return names
 
     def _discard_unmaintained(self, recomputed: Collection[str]) -> None:
@@ -333,7 +336,7 @@ class Runtime:
         if isinstance(node, n.View) and self.retain_epochs is not None:
             keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
             current = trace.state.hold_map[RETENTION_READER].logical
-            trace.downgrade_reader(RETENTION_READER, current.join(keep), current.join(keep))
+            trace.downgrade_reader(RETENTION_READER, current.join(keep))
 
     # ---------------------------------------------------------------- reading
 
