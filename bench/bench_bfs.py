@@ -37,11 +37,12 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from common import RESULTS, environment, run_recorded, write_json
+from common import RESULTS, code_version, environment, run_recorded, write_json
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pyspark.sql import SparkSession
@@ -65,6 +66,9 @@ EDGES = StructType(
 ROOTS = StructType([StructField("node", LongType()), StructField("_diff", LongType())])
 WINDOWS = ((1, 10), (11, 100), (101, 1000))
 """Latency is summarised over the epochs whose changes-so-far fall in each window."""
+QUIET_LOAD = 3.0
+"""The benchmark alone keeps a 2-core machine's 1-minute load average at 2-3: an
+epoch recorded above this shared the machine with other work."""
 
 
 class Graph:
@@ -116,9 +120,12 @@ def sequence(
     group: int,
     total: int,
     before: dict[str, Any] | None,
+    record: Callable[[dict[str, Any]], None],
 ) -> dict[str, Any]:
     """Apply ``total`` changes, ``group`` per epoch, or as many as the budget allows;
-    ``before`` is this group's sequence recorded so far on ``root``, to go on with."""
+    ``before`` is this group's sequence recorded so far on ``root``, to go on with.
+    ``record`` gets the sequence so far after every epoch, so a killed run loses at
+    most the epoch it was in and can be resumed."""
     graph = Graph(args.nodes, args.edges, args.seed)
     flow = Dataflow(spark, root / f"group_{group}")
     edges = flow.source("edges", StructType(EDGES.fields[:2]))
@@ -127,14 +134,20 @@ def sequence(
     rt = Runtime(flow)
     settings = {"maintain_every": args.maintain_every, "scratch_every": args.scratch_every}
     if before is None:
-        out = {"group": group, **load(spark, rt, graph), "settings": settings, "resumed": []}
+        out = {
+            "group": group,
+            **load(spark, rt, graph),
+            "settings": settings,
+            "code": code_version(),
+            "resumed": [],
+        }
+        applied = 0
     else:
-        out = resume(rt, graph, before, settings)
+        out, applied = resume(rt, graph, before, settings, group, total)
     epochs: list[dict[str, Any]] = out["epochs"]
-    applied = epochs[-1]["changes_so_far"] if epochs else 0
     deadline = time.monotonic() + args.budget
     while applied < total and time.monotonic() < deadline:
-        epoch = len(epochs) + 1
+        epoch = rt.pending()[1]  # the sources' next epoch
         batch = graph.changes(min(group, total - applied))
         applied += len(batch)
         rt.append_source("edges", spark.createDataFrame(batch, EDGES), epoch)
@@ -149,6 +162,7 @@ def sequence(
             "rounds": [[r.iteration, r.updates] for r in report.rounds],
             "loop_trace_records": loop_records(rt),
             "load_average_1min": round(os.getloadavg()[0], 2),
+            "at": time.strftime("%H:%M:%S", time.gmtime()),
         }
         if epoch % args.maintain_every == 0:
             started = time.perf_counter()
@@ -161,14 +175,31 @@ def sequence(
             recompute(rt, "bfs", epoch).count()
             row["from_scratch_seconds"] = round(time.perf_counter() - started, 3)
         epochs.append(row)
+        record(summary(out, total, applied, None))
         print(f"group {group}: epoch {epoch}, {applied} changes, {seconds:.1f}s", file=sys.stderr)
     got = Counter(tuple(r) for r in rt.read("bfs").collect())
+    return summary(out, total, applied, got == graph.distances(0))
+
+
+def summary(out: dict[str, Any], total: int, applied: int, equal: bool | None) -> dict[str, Any]:
+    """The sequence as recorded; ``equal`` is None while it is still running."""
     return out | {
         "changes_requested": total,
         "changes_applied": applied,
-        "equals_networkx": got == graph.distances(0),
-        "epochs": epochs,
+        "equals_networkx": equal,
+        **summaries(out["epochs"]),
+    }
+
+
+def summaries(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the recorded epochs say, computed from them alone."""
+    return {
         "latency_by_window": windows(epochs),
+        "latency_by_hundred": hundreds(epochs),
+        "two_round_trend": two_round_trend(epochs),
+        "two_round_trend_quiet": two_round_trend(
+            [e for e in epochs if e["load_average_1min"] <= QUIET_LOAD]
+        ),
         "incremental_over_from_scratch": ratio(epochs),
     }
 
@@ -194,28 +225,50 @@ def load(spark: SparkSession, rt: Runtime, graph: Graph) -> dict[str, Any]:
 
 
 def resume(
-    rt: Runtime, graph: Graph, before: dict[str, Any], settings: dict[str, int]
-) -> dict[str, Any]:
+    rt: Runtime,
+    graph: Graph,
+    before: dict[str, Any],
+    settings: dict[str, int],
+    group: int,
+    total: int,
+) -> tuple[dict[str, Any], int]:
     """Replay the recorded changes on ``graph`` (its generator is seeded, so they come
     out the same) and check the warehouse holds their result, so a sequence its
-    budget stopped goes on in a new process where it left off."""
+    budget stopped, or a kill interrupted, goes on in a new process where it left off.
+
+    A process killed after committing an epoch but before recording it leaves the
+    warehouse an epoch ahead of the record: that epoch's changes are drawn again
+    and left unrecorded (its time was lost with the process), and a run interrupted
+    half-way is finished before anything is timed. Returns the sequence to go on
+    with and the changes applied so far."""
     if before.get("settings", settings) != settings:
         raise SystemExit(f"--resume: group {before['group']} was run with {before['settings']}")
     applied = 0
     for e in before["epochs"]:
         applied += len(graph.changes(e["changes_so_far"] - applied))
+    appended = rt.pending()[1] - 1  # epochs after the load the sources hold
+    unrecorded = appended - len(before["epochs"])
+    for _ in range(unrecorded):
+        applied += len(graph.changes(min(group, total - applied)))
+    rt.run()
     got = Counter(tuple(r) for r in rt.read("bfs").collect())
     if got != graph.distances(0):
         raise SystemExit(
             f"--resume: the warehouse of group {before['group']} does not hold the result "
             f"of its {applied} recorded changes"
         )
-    at = {"changes": applied, "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
-    return before | {
+    at = {
+        "changes": applied,
+        "unrecorded_epochs": unrecorded,
+        "code": code_version(),
+        "recorded": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
+    out = before | {
         "settings": settings,
         "resumed": [*before.get("resumed", []), at],
         "epochs": list(before["epochs"]),
     }
+    return out, applied
 
 
 def windows(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -234,6 +287,54 @@ def windows(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def two_rounds(epoch: dict[str, Any]) -> bool:
+    """The commonest single-change epoch: the input round and one more. Epochs of
+    this shape do the same work, so their latency over the run isolates the cost
+    of history from the cost of the change."""
+    return len(epoch["rounds"]) == 2
+
+
+def hundreds(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median latency per hundred changes, of all epochs and of two-round ones."""
+    blocks: dict[int, list[dict[str, Any]]] = {}
+    for e in epochs:
+        blocks.setdefault((e["changes_so_far"] - 1) // 100, []).append(e)
+    out = []
+    for block, members in sorted(blocks.items()):
+        same = [e["seconds"] for e in members if two_rounds(e)]
+        out.append(
+            {
+                "changes": f"{100 * block + 1}-{100 * (block + 1)}",
+                "epochs": len(members),
+                "median_s": round(statistics.median(e["seconds"] for e in members), 2),
+                "two_round_epochs": len(same),
+                "two_round_median_s": round(statistics.median(same), 2) if same else None,
+            }
+        )
+    return out
+
+
+def two_round_trend(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """How much an epoch of the same work slows down per hundred changes of history:
+    the Theil-Sen slope (median of pairwise slopes, so a few slow epochs do not
+    tilt it) of two-round epochs' latency against the changes applied."""
+    points = [(e["changes_so_far"], e["seconds"]) for e in epochs if two_rounds(e)]
+    slopes = [
+        (y2 - y1) / (x2 - x1)
+        for i, (x1, y1) in enumerate(points)
+        for x2, y2 in points[i + 1 :]
+        if x2 != x1
+    ]
+    if len(points) < 3 or not slopes:
+        return None
+    slope = statistics.median(slopes)
+    return {
+        "epochs": len(points),
+        "seconds_at_start": round(statistics.median(y - slope * x for x, y in points), 2),
+        "seconds_per_100_changes": round(100 * slope, 3),
+    }
 
 
 def ratio(epochs: list[dict[str, Any]]) -> float | None:
@@ -259,9 +360,14 @@ def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict
         before = next((s for s in recorded if s["group"] == group), None) if args.resume else None
         if args.resume and before is None:
             raise SystemExit(f"--resume: no recorded sequence of group {group} to go on with")
-        kept.append(sequence(spark, root, args, group, total, before))
-        result["sequences"] = sorted(kept, key=lambda s: s["group"])
-        write_json("bfs", result)  # partial results survive an interrupted run
+
+        def record(running: dict[str, Any], done: list[dict[str, Any]] = kept) -> None:
+            result["sequences"] = sorted([*done, running], key=lambda x: x["group"])
+            write_json("bfs", result)  # partial results survive an interrupted run
+
+        finished = sequence(spark, root, args, group, total, before, record)
+        record(finished)
+        kept.append(finished)
     return result
 
 
@@ -277,15 +383,38 @@ def recorded_sequences(args: argparse.Namespace) -> list[dict[str, Any]]:
     return list(old["sequences"])
 
 
+def rolling_median(values: list[float], width: int = 25) -> list[float]:
+    return [statistics.median(values[max(0, i - width + 1) : i + 1]) for i in range(len(values))]
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
-    fig = Figure(figsize=(13, 4.5))
-    latency, per_iteration, state = fig.subplots(1, 3)
+    """Latency as history grows (every epoch, the same-work epochs, the distribution
+    per window), the paper's figure 1, the loop's state and the from-scratch time."""
+    fig = Figure(figsize=(15, 9))
+    (latency, distribution, same_work), (per_iteration, state, scratch) = fig.subplots(2, 3)
+    boxes: list[list[float]] = []
+    labels: list[str] = []
     for s in result["sequences"]:
         xs = [e["changes_so_far"] for e in s["epochs"]]
         seconds = [e["seconds"] for e in s["epochs"]]
-        dots = latency.plot(xs, seconds, ".", label=f"{s['group']} per epoch")[0]
+        dots = latency.plot(xs, seconds, ".", alpha=0.35)[0]
+        color = dots.get_color()
+        latency.plot(xs, rolling_median(seconds), "-", color=color, label=f"{s['group']} per epoch")
         for at in s.get("resumed", []):  # a new process went on from here
-            latency.axvline(at["changes"], linestyle=":", color=dots.get_color())
+            latency.axvline(at["changes"], linestyle=":", color=color)
+        for lo, hi in WINDOWS:
+            window = [e["seconds"] for e in s["epochs"] if lo <= e["changes_so_far"] <= hi]
+            if window:
+                boxes.append(window)
+                labels.append(f"{s['group']}/ep\n{lo}-{hi}")
+        same = [e for e in s["epochs"] if two_rounds(e)]
+        if len(same) > 10:
+            sx = [e["changes_so_far"] for e in same]
+            sy = [e["seconds"] for e in same]
+            same_work.plot(sx, sy, ".", alpha=0.35, color=color)
+            same_work.plot(
+                sx, rolling_median(sy), "-", color=color, label=f"{s['group']} per epoch"
+            )
         records = [e["loop_trace_records"] for e in s["epochs"]]
         line = state.plot(xs, records, "-", label=f"{s['group']} per epoch")[0]
         merged = [e for e in s["epochs"] if "loop_trace_records_after_maintenance" in e]
@@ -295,9 +424,28 @@ def plot(result: dict[str, Any], path: Path) -> None:
             "v",
             color=line.get_color(),
         )
-    latency.set(xscale="log", xlabel="changes applied", ylabel="epoch latency (s)")
-    latency.set_title("BFS: latency per epoch as history grows")
+        timed = [e for e in s["epochs"] if "from_scratch_seconds" in e]
+        scratch.plot(
+            [e["changes_so_far"] for e in timed],
+            [e["from_scratch_seconds"] for e in timed],
+            "x--",
+            color=color,
+            label=f"from scratch ({s['group']}/ep)",
+        )
+        scratch.plot(
+            xs, rolling_median(seconds), "-", color=color, label=f"incremental ({s['group']}/ep)"
+        )
+    latency.set(xlabel="changes applied", ylabel="epoch latency (s)")
+    latency.set_title("latency per epoch (line: median of the last 25)")
     latency.legend()
+    distribution.boxplot(boxes, whis=(10, 90), showfliers=False)
+    distribution.set_xticks(range(1, len(labels) + 1), labels, fontsize=8)
+    distribution.set(ylabel="epoch latency (s)")
+    distribution.set_title("latency by changes so far (box p25-p75, whiskers p10-p90)")
+    same_work.set(xlabel="changes applied", ylabel="epoch latency (s)")
+    same_work.set_title("epochs of two rounds (the same work): history's cost")
+    if same_work.lines:
+        same_work.legend()
     first = result["sequences"][0]
     per_iteration.plot(*zip(*first["load_rounds"], strict=True), "o-", label="from scratch (load)")
     busiest = max(first["epochs"], key=lambda e: sum(u for _, u in e["rounds"]), default=None)
@@ -311,6 +459,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     state.set(xscale="log", xlabel="changes applied", ylabel="records in the loop's traces")
     state.set_title("loop state (▼ after maintenance)")
     state.legend()
+    scratch.set(xlabel="changes applied", ylabel="seconds")
+    scratch.set_title("incremental epoch vs from-scratch fixed point")
+    scratch.legend(fontsize=8)
     fig.tight_layout()
     FigureCanvasAgg(fig).print_png(str(path))
 
@@ -336,7 +487,18 @@ def main() -> None:
         default=None,
         help="a kept scratch directory: go on with its recorded sequences where they stopped",
     )
+    parser.add_argument(
+        "--plot",
+        action="store_true",
+        help="only summarise and draw again the epochs recorded in results/bfs.json",
+    )
     args = parser.parse_args()
+    if args.plot:
+        result = json.loads((RESULTS / "bfs.json").read_text())
+        result["sequences"] = [s | summaries(s["epochs"]) for s in result["sequences"]]
+        write_json("bfs", result)
+        plot(result, RESULTS / "bfs.png")
+        return
     run_recorded(
         "bfs",
         lambda spark, root: benchmark(spark, root, args),

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,9 +34,28 @@ def spark_session(name: str, memory: str = "4g", count_jobs: bool = False) -> Sp
     return session(name, master="local[2]", conf=conf)
 
 
+def code_version() -> str | None:
+    """The commit measured, marked ``+changes`` when the code differed from it, so a
+    sequence recorded over several runs tells which code measured which part."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "dd_etl", "*.py")
+    except (OSError, subprocess.CalledProcessError):
+        return None  # not a git checkout
+    return commit + ("+changes" if changed else "")
+
+
 def environment(spark: SparkSession, **extra: Any) -> dict[str, Any]:
     """Versions and machine facts recorded next to the results."""
     return {
+        "code": code_version(),
         "python": platform.python_version(),
         "pyspark": pyspark.__version__,
         "spark": spark.version,
