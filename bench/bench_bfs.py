@@ -38,6 +38,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -183,12 +184,28 @@ def sequence(
 
 def summary(out: dict[str, Any], total: int, applied: int, equal: bool | None) -> dict[str, Any]:
     """The sequence as recorded; ``equal`` is None while it is still running."""
-    return out | {
-        "changes_requested": total,
-        "changes_applied": applied,
-        "equals_networkx": equal,
-        **summaries(out["epochs"]),
-    }
+    return summarised(
+        out | {"changes_requested": total, "changes_applied": applied, "equals_networkx": equal}
+    )
+
+
+def summarised(sequence: dict[str, Any]) -> dict[str, Any]:
+    """The sequence with its summaries, and those of each stretch of it that one
+    code version measured (a resumed run may run newer code than the epochs before)."""
+
+    def code(epoch: dict[str, Any]) -> str | None:
+        measured_by = sequence.get("code")
+        for r in sequence.get("resumed", []):
+            if r["changes"] < epoch["changes_so_far"]:
+                measured_by = r.get("code")
+        return measured_by
+
+    by_code = []
+    for version, stretch in groupby(sequence["epochs"], key=code):
+        part = list(stretch)
+        span = f"{part[0]['changes_so_far']}-{part[-1]['changes_so_far']}"
+        by_code.append({"code": version, "changes": span, **summaries(part)})
+    return sequence | summaries(sequence["epochs"]) | {"by_code": by_code}
 
 
 def summaries(epochs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -495,7 +512,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.plot:
         result = json.loads((RESULTS / "bfs.json").read_text())
-        result["sequences"] = [s | summaries(s["epochs"]) for s in result["sequences"]]
+        result["sequences"] = [summarised(s) for s in result["sequences"]]
         write_json("bfs", result)
         plot(result, RESULTS / "bfs.png")
         return
