@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -215,7 +216,7 @@ def summaries(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_by_hundred": hundreds(epochs),
         "two_round_trend": two_round_trend(epochs),
         "two_round_trend_quiet": two_round_trend(
-            [e for e in epochs if e["load_average_1min"] <= QUIET_LOAD]
+            [e for e in epochs if e.get("load_average_1min", math.inf) <= QUIET_LOAD]
         ),
         "incremental_over_from_scratch": ratio(epochs),
     }
@@ -336,7 +337,8 @@ def hundreds(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def two_round_trend(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
     """How much an epoch of the same work slows down per hundred changes of history:
     the Theil-Sen slope (median of pairwise slopes, so a few slow epochs do not
-    tilt it) of two-round epochs' latency against the changes applied."""
+    tilt it) of two-round epochs' latency against the changes applied, and the
+    latency the fit gives at the first of them."""
     points = [(e["changes_so_far"], e["seconds"]) for e in epochs if two_rounds(e)]
     slopes = [
         (y2 - y1) / (x2 - x1)
@@ -349,7 +351,9 @@ def two_round_trend(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
     slope = statistics.median(slopes)
     return {
         "epochs": len(points),
-        "seconds_at_start": round(statistics.median(y - slope * x for x, y in points), 2),
+        "seconds_at_start": round(
+            statistics.median(y - slope * (x - points[0][0]) for x, y in points), 2
+        ),
         "seconds_per_100_changes": round(100 * slope, 3),
     }
 
