@@ -15,6 +15,8 @@ from dd_etl.lattice import Antichain
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.runner import RETENTION_READER
+from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.maintenance import maintain
 
 pytestmark = pytest.mark.spark
 
@@ -59,3 +61,31 @@ def test_a_view_reads_every_past_epoch_after_its_spine_merged(
     inserted = Counter({(e, e, 1): 1 for e in range(3, 9)})
     deleted = Counter({(e - 2, e, -1): 1 for e in range(3, 9)})
     assert feed == inserted + deleted
+
+
+def test_a_runtime_reads_what_others_committed_since_it_last_looked(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A long-lived runtime must not read a view from the state it cached: maintenance
+    elsewhere may have merged its batches and vacuumed their files, another process may
+    have run epochs since."""
+    rt = runtime(spark, tmp_path)
+    for epoch in range(4):
+        rt.append_source("rows", spark.createDataFrame([(epoch, epoch, 1)], CHANGES), epoch)
+        rt.run()
+    assert rt.read("kept").count() == 4  # this runtime has now cached the view's state
+    view = rt.trace(rt.flow.views["kept"])
+
+    report = maintain(DeltaTrace(spark, view.uri), None, retention_hours=0)
+    assert report.batches_after < report.batches_before and report.files_removed > 0
+    other = runtime(spark, tmp_path)
+    other.append_source("rows", spark.createDataFrame([(4, 4, 1), (0, 0, -1)], CHANGES), 4)
+    other.run()
+
+    expected = Counter({(k, k): 1 for k in range(1, 5)})
+    assert Counter(tuple(r) for r in rt.read("kept").collect()) == expected
+    assert Counter(tuple(r) for r in rt.read("kept", 2).collect()) == Counter(
+        {(k, k): 1 for k in range(3)}
+    )
+    feed = Counter((r["k"], r["_time"], r["_diff"]) for r in rt.changes("kept", 3, 5).collect())
+    assert feed == Counter({(3, 3, 1): 1, (4, 4, 1): 1, (0, 4, -1): 1})

@@ -343,7 +343,7 @@ class Runtime:
     def read(self, view: str, as_of: int | None = None) -> DataFrame:
         """The view's rows at epoch ``as_of`` (default: latest), with bag semantics:
         each row repeated by its multiplicity."""
-        trace = self.trace(self._view(view))
+        trace = self._view_trace(view)
         at = None if as_of is None else (as_of,)
         acc = trace.read_at(at)
         data = [c for c in acc.columns if c != DIFF]
@@ -352,10 +352,18 @@ class Runtime:
             raise PlanError(f"view {view!r} has a negative multiplicity: {negative[0].asDict()}")
         return acc.select(*data, F.explode(F.sequence(F.lit(1), F.col(DIFF)))).select(*data)
 
+    def _view_trace(self, view: str) -> DeltaTrace:
+        """The view's trace as last committed: since this runtime last looked, another
+        process may have run epochs, and maintenance may have merged its batches and
+        vacuumed the files they replaced."""
+        trace = self.trace(self._view(view))
+        trace.reload()
+        return trace
+
     def changes(self, view: str, from_epoch: int, to_epoch: int) -> DataFrame:
         """The view's consolidated changes at epochs ``[from_epoch, to_epoch)``:
         rows with ``_time`` and ``_diff``."""
-        trace = self.trace(self._view(view))
+        trace = self._view_trace(view)
         if from_epoch > 0 and not trace.state.since.less_equal_time((from_epoch - 1,)):
             # times before from_epoch may have been advanced into the interval
             raise SinceViolation(trace.name, from_epoch - 1, trace.state.since)
