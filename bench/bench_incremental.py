@@ -21,9 +21,9 @@ insertion, 20 % deletes). Per epoch the benchmark times
   as parquet (what one would run without dd_etl); applying the changes to that
   table (anti-join + union, rewritten) is timed separately.
 
-It counts the Spark jobs and stages of every incremental run and, unless
-``--no-breakdown``, attributes them and the wall time to the traces that
-launched them. At the end it checks that every view equals its Spark SQL
+It records the Spark jobs, stages and seconds of every incremental run from the
+run's own profile, with the interval's sizing and the seconds per phase and,
+unless ``--no-breakdown``, per trace. At the end it checks that every view equals its Spark SQL
 result. Results go to ``bench/results/incremental.json`` and
 ``bench/results/incremental.png``.
 """
@@ -38,8 +38,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -226,84 +225,24 @@ def build_flow(spark: SparkSession, root: Path) -> Runtime:
 # ------------------------------------------------------------------ Spark jobs
 
 
-class JobLedger:
-    """Counts the Spark jobs of a stretch of work by job id, and (with ``attribute``)
-    which trace launched them: the runtime computes and appends each trace inside
-    ``_Interval._from_trace``, so wrapping it to set a Spark job group per trace
-    labels every job with the trace that ran it, across the runtime's threads."""
-
-    def __init__(self, spark: SparkSession, attribute: bool) -> None:
-        self.spark = spark
-        self.groups: set[str] = set()
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.attributed = False
-        if attribute:
-            self._wrap()
-
-    def _wrap(self) -> None:
-        interval = getattr(runner, "_Interval", None)
-        original = getattr(interval, "_from_trace", None)
-        if interval is None or original is None:
-            print("runtime internals changed: no per-trace breakdown", flush=True)
-            return
-        sc = self.spark.sparkContext
-        ledger = self
-
-        def from_trace(self: Any, node: n.Node, compute: Any) -> DataFrame:
-            name = node.trace_name or node.id
-            ledger.groups.add(name)
-            previous = sc.getLocalProperty("spark.jobGroup.id")
-            sc.setLocalProperty("spark.jobGroup.id", name)
-            started = time.perf_counter()
-            try:
-                result: DataFrame = original(self, node, compute)
-                return result
-            finally:
-                ledger.seconds[name] += time.perf_counter() - started
-                sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
-
-        interval._from_trace = from_trace
-        self.attributed = True
-
-    def job_ids(self, group: str | None) -> list[int]:
-        return list(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
-
-    def next_job(self) -> int:
-        ids = self.job_ids(None)
-        for g in self.groups:
-            ids += self.job_ids(g)
-        return max(ids, default=-1) + 1
-
-    def stages(self, ids: list[int]) -> int:
-        """Stages of the jobs, skipped ones included (planned, output already there)."""
-        tracker = self.spark.sparkContext.statusTracker()
-        infos = [tracker.getJobInfo(j) for j in ids]
-        return sum(len(i.stageIds) for i in infos if i is not None)
-
-    @contextmanager
-    def measure(self, into: dict[str, Any]) -> Iterator[None]:
-        """Record seconds, jobs and stages of the block in ``into`` (plus a per-trace
-        breakdown when attributing)."""
-        first = self.next_job()
-        self.seconds.clear()
-        started = time.perf_counter()
-        yield
-        into["seconds"] = round(time.perf_counter() - started, 3)
-        by_group = {g: [j for j in self.job_ids(g) if j >= first] for g in [None, *self.groups]}
-        ids = [j for js in by_group.values() for j in js]
-        into["spark_jobs"] = len(ids)
-        into["spark_stages"] = self.stages(ids)
-        if self.attributed:
-            into["by_trace"] = {
-                g: {
-                    "seconds": round(self.seconds.get(g, 0.0), 3),
-                    "spark_jobs": len(js),
-                    "spark_stages": self.stages(js),
-                }
-                for g, js in by_group.items()
-                if g is not None and (js or self.seconds.get(g))
-            }
-            into["unattributed_jobs"] = len(by_group[None])
+def cost(report: runner.RunReport, breakdown: bool) -> dict[str, Any]:
+    """Seconds, Spark jobs and stages of a run as the runtime's own profile recorded
+    them (and, with ``breakdown``, per trace)."""
+    profile = report.profile
+    assert profile is not None
+    out: dict[str, Any] = {
+        "seconds": profile.seconds,
+        "spark_jobs": profile.spark_jobs,
+        "spark_stages": profile.spark_stages,
+        "sizing": profile.sizing,
+        "phases": profile.phases,
+    }
+    if breakdown:
+        out["by_trace"] = {
+            name: {"seconds": c.seconds, "spark_jobs": c.spark_jobs, "spark_stages": c.spark_stages}
+            for name, c in profile.traces.items()
+        }
+    return out
 
 
 def operator_of(runtime: Runtime) -> dict[str, str]:
@@ -374,7 +313,6 @@ class PeerTable:
 def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str, Any]:
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     rt = build_flow(spark, root)
-    ledger = JobLedger(spark, cfg.breakdown)
     kinds = operator_of(rt)
     peer = PeerTable(spark, root / "peer")
     changes = Changes(cfg.rows, cfg.seed)
@@ -393,9 +331,7 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
     load["append_seconds"] = timed(
         lambda: (rt.append_source("trips", trips0, 0), rt.append_source("zones", zones, 0))
     )
-    load["incremental"] = {}
-    with ledger.measure(load["incremental"]):
-        rt.run()
+    load["incremental"] = cost(rt.run(), cfg.breakdown)
     load["recompute"] = run_recompute(rt, 0)
     load["spark_sql"] = run_peer(spark)
     load["traces"] = len(rt.stateful_nodes())
@@ -424,15 +360,13 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
                 "update_rows": updates,
                 "ops": ops,
                 "load_average_1min": round(os.getloadavg()[0], 1),
-                "incremental": {},
             }
             ingest = time.perf_counter()
             rt.append_source("trips", df, epoch)
             rt.append_source("zones", no_zone_changes, epoch)
             entry["append_seconds"] = round(time.perf_counter() - ingest, 3)
-            with ledger.measure(entry["incremental"]):
-                report = rt.run()
-            entry["incremental"]["view_changes"] = report.views
+            report = rt.run()
+            entry["incremental"] = cost(report, cfg.breakdown) | {"view_changes": report.views}
             entry["recompute"] = run_recompute(rt, epoch)
             applying = time.perf_counter()
             peer.apply(df, epoch)

@@ -102,6 +102,12 @@ def _steps() -> Iterator[TickProgress]:
 def run(
     pipeline: PipelineFile,
     epochs: Annotated[int, typer.Option(min=1, help="Ticks to run, one after another.")] = 1,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile", help="Print each tick's Spark jobs and seconds per trace and phase."
+        ),
+    ] = False,
 ) -> None:
     """One ingest tick: take in every source's changes as a new epoch and bring every
     view and sink up to date. A re-run after a crash completes the interrupted epoch."""
@@ -117,6 +123,9 @@ def run(
             f"{verb} epoch {report.epoch} in {report.seconds:.1f}s: {changed} view change records",
             highlight=False,
         )
+        if profile and report.profile is not None:
+            text = "\n".join(report.profile.lines())
+            out.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -51,8 +51,10 @@ def test_views_follow_the_sources_epoch_by_epoch(spark: SparkSession, tmp_path: 
         materialized = DeltaTable(str(tmp_path / "out" / "by_pc")).to_pyarrow_table()
         assert bag(materialized.to_pylist()) == history[epoch]["by_pc"], epoch
 
-    # a run with no new data is an empty epoch; past epochs stay readable
-    cli("run", str(pipeline))
+    # a run with no new data is an empty epoch; past epochs stay readable. Its cost,
+    # printed with --profile, is kept for status
+    printed = cli("run", str(pipeline), "--profile")
+    assert "Spark jobs" in printed and "phases (summed over threads)" in printed
     assert bag(read_view(pipeline, "zoned", "--as-of", "0")) == history[0]["zoned"]
     assert bag(read_view(pipeline, "by_pc", "--as-of", "1")) == history[1]["by_pc"]
 
@@ -79,6 +81,9 @@ def test_views_follow_the_sources_epoch_by_epoch(spark: SparkSession, tmp_path: 
     assert all(v["lag"] == "up to date" for v in status["views"])
     assert status["views"][0]["sinks"] == {"materialize": EPOCHS}
     assert status["last_tick"]["epoch"] == EPOCHS
+    assert status["last_run"]["epoch"] == EPOCHS
+    assert status["last_run"]["profile"]["sizing"] == "small"
+    assert isinstance(status["last_run"]["profile"]["spark_jobs"], int)
 
     assert "ok" in cli("verify", str(pipeline))
     assert "count" in cli("explain", str(pipeline), "by_pc")

@@ -126,6 +126,7 @@ def _materialize(
             report.views.get(view, 0),
             finished.get(view, 0.0),
             report.refresh.get(view),
+            report.profile,
         )
         yield dg.MaterializeResult(
             asset_key=asset_key(pipeline.name, view),

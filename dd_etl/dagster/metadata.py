@@ -3,6 +3,7 @@ except the row count and the preview."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import dagster as dg
@@ -11,6 +12,7 @@ from pyspark.sql import functions as F
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
+from dd_etl.profiling import RunProfile
 from dd_etl.trace.columns import DIFF
 from dd_etl.trace.state import TraceState
 
@@ -48,11 +50,13 @@ def view_metadata(
     written: int,
     seconds: float,
     refresh: RefreshChoice | None = None,
+    profile: RunProfile | None = None,
 ) -> dict[str, Any]:
     """Epochs ``[lower, upper)`` processed, how (incrementally or recomputed, and
     why), frontiers, rows in (source updates in those epochs) and out (changes
     written), the batches of every trace the view is computed from, Spark time,
-    current row count and a preview."""
+    the Spark jobs and seconds of its traces and of the whole run, current row
+    count and a preview."""
     rt = pipeline.runtime
     node = pipeline.flow.views[view]
     f = frontiers(rt.trace(node).reload())
@@ -83,8 +87,29 @@ def view_metadata(
         "batches": f["batches"],
         "trace batches": dg.MetadataValue.json(traces),
         "spark seconds": round(seconds, 2),
+        **_cost(profile, traces),
         "dagster/row_count": count,
         "preview": dg.MetadataValue.md(markdown_table(rows.columns, preview)),
+    }
+
+
+def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]:
+    """Spark jobs and seconds of the view's traces in this run, and of the run."""
+    if profile is None:
+        return {}
+    mine = [profile.traces[t] for t in traces if t in profile.traces]
+    return {
+        "spark jobs": sum(c.spark_jobs for c in mine),
+        "trace seconds": round(sum(c.seconds for c in mine), 2),
+        "run cost": dg.MetadataValue.json(
+            {
+                "seconds": profile.seconds,
+                "spark_jobs": profile.spark_jobs,
+                "spark_stages": profile.spark_stages,
+                "sizing": profile.sizing,
+                "phases": profile.phases,
+            }
+        ),
     }
 
 

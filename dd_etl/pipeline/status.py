@@ -14,7 +14,7 @@ from typing import Any
 
 from dd_etl.pipeline.build import make_reader, view_order, warehouse_of
 from dd_etl.pipeline.config import LoadedConfig
-from dd_etl.pipeline.ticks import last_tick
+from dd_etl.pipeline.ticks import last_profile, last_tick
 from dd_etl.sources.base import POSITION_META
 from dd_etl.trace import delta_log
 from dd_etl.trace.errors import TraceNotFound
@@ -44,6 +44,7 @@ class PipelineStatus:
     internal_traces: int
     internal_records: int
     last_tick: dict[str, Any] | None
+    last_run: dict[str, Any] | None = None  # the last tick's epoch and cost profile
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +113,7 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
         internal,
         internal_records,
         None if tick is None else tick.to_json(),
+        last_profile(warehouse),
     )
 
 

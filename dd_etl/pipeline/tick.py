@@ -31,9 +31,10 @@ from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.errors import PipelineError, SourceError
 from dd_etl.pipeline.lock import tick_lock
-from dd_etl.pipeline.ticks import TickRecord, last_tick, record_tick
+from dd_etl.pipeline.ticks import TickRecord, last_tick, record_profile, record_tick
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
+from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.runner import epoch_of
 from dd_etl.sources.base import Capture, encode_position, read_position
 
@@ -55,6 +56,7 @@ class TickReport:
     sinks: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     complete: bool = False  # every source, view and sink has the epoch
+    profile: RunProfile | None = None  # Spark jobs and seconds, per trace and phase
 
 
 def _quiet(step: str, detail: str, done: float = 1.0) -> None:
@@ -106,9 +108,37 @@ def tick_holding_lock(
     rt.check_plans()
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed)
+    profiler = Profiler(rt.spark)
+    with profiler.active():
+        _tick(pipeline, report, progress, sources, views, limit, captures, profiler)
+    report.profile = profiler.result()
+    record_profile(pipeline.warehouse, epoch, report.profile)
+    report.seconds = time.time() - started
+    report.complete = epoch_complete(pipeline, epoch)
+    if report.complete:
+        record_tick(
+            pipeline.warehouse,
+            TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
+        )
+    return report
+
+
+def _tick(
+    pipeline: Pipeline,
+    report: TickReport,
+    progress: Progress,
+    sources: Collection[str] | None,
+    views: Collection[str] | None,
+    limit: int | None,
+    captures: Mapping[str, Capture],
+    profiler: Profiler,
+) -> None:
+    rt = pipeline.runtime
+    epoch = report.epoch
     for name in pipeline.flow.sources if sources is None else sources:
         progress(f"source:{name}", "", 0.0)
-        report.sources[name] = ingest(pipeline, name, epoch, limit, captures.get(name))
+        with profiler.trace(f"ingest {name}"):
+            report.sources[name] = ingest(pipeline, name, epoch, limit, captures.get(name))
         progress(f"source:{name}", report.sources[name])
     failpoint("tick.sources_appended")
     chosen = list(pipeline.flow.views) if views is None else list(views)
@@ -125,16 +155,9 @@ def tick_holding_lock(
     for view in chosen:
         if epoch_of(rt.trace(pipeline.flow.views[view]).state.upper) <= epoch:
             continue  # a source it reads has not taken in the epoch yet
-        report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
+        with profiler.trace(f"sink {view}"), phase(SINKS):
+            report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
     failpoint("tick.sinks_committed")
-    report.seconds = time.time() - started
-    report.complete = epoch_complete(pipeline, epoch)
-    if report.complete:
-        record_tick(
-            pipeline.warehouse,
-            TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
-        )
-    return report
 
 
 def sync_sinks(pipeline: Pipeline, view: str, epoch: int, progress: Progress) -> dict[str, str]:

@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dd_etl.profiling import RunProfile
+
 TICKS_FILE = "_pipeline/last_tick.json"
+PROFILE_FILE = "_pipeline/last_profile.json"
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,25 @@ def last_tick(warehouse: Path) -> TickRecord | None:
 
 
 def record_tick(warehouse: Path, record: TickRecord) -> None:
-    path = warehouse / TICKS_FILE
+    _replace(warehouse / TICKS_FILE, record.to_json())
+
+
+def last_profile(warehouse: Path) -> dict[str, Any] | None:
+    """The profile of the last tick run, finished or not: ``epoch`` and ``profile``."""
+    path = warehouse / PROFILE_FILE
+    if not path.exists():
+        return None
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
+
+
+def record_profile(warehouse: Path, epoch: int, profile: RunProfile) -> None:
+    _replace(warehouse / PROFILE_FILE, {"epoch": epoch, "profile": profile.to_json()})
+
+
+def _replace(path: Path, content: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(record.to_json(), indent=2))
+    temporary.write_text(json.dumps(content, indent=2))
     os.replace(temporary, path)

@@ -52,6 +52,7 @@ from dd_etl.operators.keys import KeySet
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.iteration import body_of, inner_traces, loop_nest
+from dd_etl.profiling import SPARK, phase, traced
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.columns import DIFF, TIME
@@ -150,12 +151,13 @@ class LoopRun:
             trace = self.rt.loop_trace(self.loop, node)
             zeros = (0,) * (trace.state.dims - 1)
             updates = st.staged(node).withColumn(TIME, F.lit(e).cast("long"))
-            return trace.compare_and_append(
-                updates,
-                Antichain.of((e, *zeros)),
-                Antichain.of((e + 1, *zeros)),
-                at_most=st.counted.staged_in_all(_home(node).id),
-            )
+            with traced(trace.name):
+                return trace.compare_and_append(
+                    updates,
+                    Antichain.of((e, *zeros)),
+                    Antichain.of((e + 1, *zeros)),
+                    at_most=st.counted.staged_in_all(_home(node).id),
+                )
 
         with ThreadPoolExecutor(max_workers=len(self.traced) or 1) as pool:
             list(pool.map(append, self.traced))  # separate traces: commit side by side
@@ -347,7 +349,7 @@ class _EpochState:
         """A collection's changes at this epoch, from outside the loop."""
         if node.id not in self._entering:
             df = self.run.outer(node).where(F.col(TIME) == self.epoch)
-            self._entering[node.id] = df.select(*node.columns, DIFF).localCheckpoint(eager=True)
+            self._entering[node.id] = _computed(df.select(*node.columns, DIFF))
         return self._entering[node.id]
 
     def staged(self, node: n.Node) -> DataFrame:
@@ -359,7 +361,7 @@ class _EpochState:
             return  # the variable's own staging already holds these updates
         cols = [*node.columns, *iterations(self.depth(node)), DIFF]
         both = self.staged(node).unionByName(updates.select(*cols))
-        self._staged[node.id] = linear.consolidate(both).select(*cols).localCheckpoint(eager=True)
+        self._staged[node.id] = _computed(linear.consolidate(both).select(*cols))
 
     def at(self, node: n.Node, t: LoopTime) -> DataFrame:
         return self.staged(node).where(at(t))
@@ -379,7 +381,7 @@ class _EpochState:
     def schedule(self, node: n.Reduce, times: DataFrame, t: LoopTime) -> None:
         previous = self._due.get(node.id)
         kept = times if previous is None else previous.where(later(t)).unionByName(times)
-        self._due[node.id] = kept.distinct().localCheckpoint(eager=True)
+        self._due[node.id] = _computed(kept.distinct())
 
     def history(self, node: n.Node, keys: KeySet) -> DataFrame:
         """The node's updates of earlier epochs for ``keys``, as ``(data, _time1…, _diff)``."""
@@ -396,7 +398,7 @@ class _EpochState:
             trace = self._trace(node)
             small = trace is None or trace.state.records <= PINNED_HISTORY_RECORDS
             history = self._read_history(node, None) if small else None
-            self._history[node.id] = None if history is None else history.localCheckpoint(True)
+            self._history[node.id] = None if history is None else _computed(history)
         return self._history[node.id]
 
     def _trace(self, node: n.Node) -> DeltaTrace | None:
@@ -460,8 +462,15 @@ class _EpochState:
         if not parts:
             return _Work({})
         union = functools.reduce(DataFrame.unionByName, parts)
-        rows = union.groupBy("kind", "node", "i").count().collect()
+        with phase(SPARK):
+            rows = union.groupBy("kind", "node", "i").count().collect()
         return _Work({(r["kind"], r["node"], int(r["i"])): int(r["count"]) for r in rows})
+
+
+def _computed(df: DataFrame) -> DataFrame:
+    """``df`` computed now and kept in Spark's block store, its lineage cut."""
+    with phase(SPARK):
+        return df.localCheckpoint(eager=True)
 
 
 def _pad(df: DataFrame, depth: int) -> DataFrame:

@@ -21,8 +21,9 @@ run reads history strictly before its ``lower``, which may then be compacted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,10 +40,12 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
 from dd_etl.plan.iteration import inner_traces, loop_nest
 from dd_etl.plan.refresh import RefreshChoice, choose
+from dd_etl.profiling import Profiler, RunProfile
 from dd_etl.runtime.full_refresh import full_changes, pending_records, private_state
 from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
+from dd_etl.runtime.sizing import LARGE, Sizing, applied, for_records
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
@@ -75,6 +78,7 @@ class RunReport:
     views: dict[str, int] = field(default_factory=dict)  # change records this run wrote per view
     rounds: list[Round] = field(default_factory=list)  # what each loop iteration processed
     refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views with pending epochs
+    profile: RunProfile | None = None  # jobs, stages and seconds, per trace and phase
 
     @property
     def epochs(self) -> int:
@@ -96,6 +100,7 @@ class Runtime:
         self.spark = flow.spark
         self.retain_epochs = retain_epochs
         self._traces: dict[str, DeltaTrace] = {}
+        self._sizing = LARGE
 
     # ------------------------------------------------------------------ traces
 
@@ -116,6 +121,7 @@ class Runtime:
                     trace.downgrade_reader(RETENTION_READER, physical=Antichain.empty())
                 if PLAN_META not in trace.state.meta_map:
                     trace.annotate({PLAN_META: node.plan})
+            trace.delta_storage.one_task_writes = self._sizing.one_task_writes
             self._traces[name] = trace
         return self._traces[name]
 
@@ -131,6 +137,7 @@ class Runtime:
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
             bottom = Antichain.minimum(dims)
             trace.register_reader(RUNTIME_READER, bottom, bottom)
+            trace.delta_storage.one_task_writes = self._sizing.one_task_writes
             self._traces[name] = trace
         return self._traces[name]
 
@@ -207,7 +214,23 @@ class Runtime:
     ) -> RunReport:
         """Bring ``views`` (default: all) up to date, as far as the sources they read
         allow; ``on_trace(node)`` hears of each trace done. ``refresh``: how each
-        view is brought up to date (default: ``choose_refresh``)."""
+        view is brought up to date (default: ``choose_refresh``).
+
+        The run is profiled (``RunReport.profile``), as part of the caller's
+        profile when one is active (a pipeline tick, which adds its sinks)."""
+        profiler = Profiler.current() or Profiler(self.spark)
+        with profiler.active():
+            report = self._run(profiler, on_trace, views, refresh)
+        report.profile = profiler.result()
+        return report
+
+    def _run(
+        self,
+        profiler: Profiler,
+        on_trace: Callable[[n.Node], None] | None,
+        views: Sequence[str] | None,
+        refresh: Mapping[str, RefreshChoice] | None,
+    ) -> RunReport:
         self.check_plans()
         chosen = list(self.flow.views) if views is None else [self._view(v).name for v in views]
         refresh = dict(self.choose_refresh(chosen) if refresh is None else refresh)
@@ -219,22 +242,62 @@ class Runtime:
         if lower >= upper:
             return report
         self._discard_unmaintained(full)
+        sizing = for_records(self.records_read(chosen, unmaintained, full, lower))
+        profiler.sizing = sizing.name
         interval = _Interval(self, lower, upper, full)
-        with ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
+        with self._sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
             # Traces of one depth depend only on shallower ones: write them side by
             # side, so Spark overlaps their small jobs instead of running one at a time.
             def bring(node: n.Node) -> None:
-                interval.delta(node)
+                with profiler.trace(_label(node)):
+                    interval.delta(node)
                 if on_trace is not None:
                     on_trace(node)
 
+            def release(node: n.Node) -> None:
+                with profiler.trace(_label(node)):
+                    self._release(node, upper)
+
             for layer in self.layers(chosen, unmaintained):
                 list(pool.map(bring, layer))
-            maintained = self.stateful_nodes(chosen, unmaintained)
-            list(pool.map(lambda node: self._release(node, upper), maintained))
+            list(pool.map(release, self.stateful_nodes(chosen, unmaintained)))
         report.views = {v: interval.written.get(self.flow.views[v].id, 0) for v in chosen}
         report.rounds = interval.rounds
         return report
+
+    def records_read(
+        self, views: Sequence[str], unmaintained: Collection[str], full: Collection[str], lower: int
+    ) -> int:
+        """Source records a run from ``lower`` takes in, plus all records of the
+        sources a recomputed view reads, as the trace logs count them (no Spark job)."""
+        start = Antichain.from_epoch(lower)
+        records = 0
+        for source in (
+            x for x in self.stateful_nodes(views, unmaintained) if isinstance(x, n.Source)
+        ):
+            for batch in self.trace(source).state.batches:
+                if start.less_equal(batch.description.lower):
+                    records += batch.records
+        for view in full:
+            for source in (x for x in self.upstream_of(view) if isinstance(x, n.Source)):
+                records += self.trace(source).state.records
+        return records
+
+    @contextmanager
+    def _sized(self, sizing: Sizing) -> Iterator[None]:
+        """Run the block with Spark settings and batch writes sized for ``sizing``."""
+
+        def use(chosen: Sizing) -> None:
+            self._sizing = chosen
+            for trace in self._traces.values():
+                trace.delta_storage.one_task_writes = chosen.one_task_writes
+
+        use(sizing)
+        try:
+            with applied(self.spark, sizing):
+                yield
+        finally:
+            use(LARGE)
 
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:
         """How each of ``views`` with epochs pending is brought up to date (logged)."""
@@ -367,7 +430,7 @@ class Runtime:
         if from_epoch > 0 and not trace.state.since.less_equal_time((from_epoch - 1,)):
             # times before from_epoch may have been advanced into the interval
             raise SinceViolation(trace.name, from_epoch - 1, trace.state.since)
-        df = trace.updates(at=(to_epoch - 1,))
+        df = trace.updates(at=(to_epoch - 1,), since=(from_epoch,))
         df = df.where((F.col(TIME) >= from_epoch) & (F.col(TIME) < to_epoch))
         return linear.consolidate(df.drop(KEY_HASH))
 
@@ -375,6 +438,10 @@ class Runtime:
         if name not in self.flow.views:
             raise PlanError(f"unknown view {name!r}; views are {sorted(self.flow.views)}")
         return self.flow.views[name]
+
+
+def _label(node: n.Node) -> str:
+    return node.trace_name or node.id
 
 
 def upstream(roots: Sequence[n.Node], recomputed: Collection[str] = ()) -> list[n.Node]:
@@ -411,6 +478,7 @@ class _Interval:
         self.upper = upper
         self.recomputed = recomputed
         self._deltas: dict[str, DataFrame] = {}
+        self._unchanged: dict[str, bool] = {}
         self.written: dict[str, int] = {}  # records appended per node by this run
         self.rounds: list[Round] = []
 
@@ -423,18 +491,53 @@ class _Interval:
         trace = self.rt.trace(node)
         start = epoch_of(trace.state.upper)  # fresh: pending() reloaded every trace
         if compute is not None and start < self.upper:
-            changes = compute().where(F.col(TIME) >= start)
             lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
-            if trace.compare_and_append(changes, lower, upper):
+            if self._unchanged_inputs(node):
+                # nothing in, nothing out: an empty batch, committed without a Spark job
+                appended = trace.compare_and_append(
+                    self.rt.flow.empty_updates(node.schema), lower, upper, at_most=0
+                )
+            else:
+                changes = compute().where(F.col(TIME) >= start)
+                appended = trace.compare_and_append(changes, lower, upper)
+            if appended:
                 # the new batch, unless back-pressure already merged it away
                 self.written[node.id] = sum(
                     b.records
                     for b in trace.state.batches
                     if b.description.lower == lower and b.description.upper == upper
                 )
-        df = trace.updates(at=(self.upper - 1,))
+        # only files that can hold the interval's times: the batches this run appended
+        df = trace.updates(at=(self.upper - 1,), since=(self.lower,))
         df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
         return df.select(*node.columns, TIME, DIFF)
+
+    def _unchanged_inputs(self, node: n.Node) -> bool:
+        """Whether ``node``'s output surely has no changes in the interval because its
+        inputs have none: true of arrangements, reductions, accumulations and
+        incrementally kept views (a loop or a recomputed view is always computed)."""
+        if isinstance(node, n.View) and node.name in self.recomputed:
+            return False
+        kinds = n.Arrange | n.View | n.Reduce | n.Accumulate
+        return isinstance(node, kinds) and all(self.unchanged(i) for i in node.inputs)
+
+    def unchanged(self, node: n.Node) -> bool:
+        """Whether ``node`` surely has no changes in ``[lower, upper)``, as the trace
+        logs tell (no Spark job): a trace with no records in the interval's batches,
+        or an operator whose inputs all have none."""
+        if node.id not in self._unchanged:
+            if node.trace_name is not None:
+                self.delta(node)  # computed and appended first, as a user would see it
+                lower = Antichain.from_epoch(self.lower)
+                batches = self.rt.trace(node).state.batches
+                self._unchanged[node.id] = all(
+                    b.records == 0 for b in batches if not b.description.upper.less_equal(lower)
+                )
+            elif isinstance(node, n.Constant):
+                self._unchanged[node.id] = self.lower > 0
+            else:
+                self._unchanged[node.id] = all(self.unchanged(i) for i in node.inputs)
+        return self._unchanged[node.id]
 
     def history(self, node: n.Node, before: int | None = None) -> Callable[[DataFrame], DataFrame]:
         """The node's trace accumulated before epoch ``before`` (default: the run's lower)."""

@@ -26,6 +26,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from dd_etl.lattice import Time
+from dd_etl.profiling import DELTA_LOG, SPARK, phase
 from dd_etl.trace import delta_log, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
@@ -54,12 +55,19 @@ class DeltaStorage:
         self.spark = spark
         self.uri = uri
         self.rows_per_file = rows_per_file
+        self.one_task_writes = False
+        """Write appends of unknown size in one task sorted by key hash, split into
+        files by record count: no job counts them first, and the files still cover
+        consecutive hash ranges. Right for the small intervals of incremental runs;
+        large ones are counted, to be written by many tasks at once."""
 
     def load(self) -> Snapshot:
-        return delta_log.load(self.uri)
+        with phase(DELTA_LOG):
+            return delta_log.load(self.uri)
 
     def commit(self, expected_version: int, commit: Commit) -> int:
-        return delta_log.commit(self.uri, expected_version, commit)
+        with phase(DELTA_LOG):
+            return delta_log.commit(self.uri, expected_version, commit)
 
     def write_batch(
         self, state: TraceState, batch_id: str, updates: DataFrame, at_most: int | None = None
@@ -67,19 +75,22 @@ class DeltaStorage:
         if at_most == 0:
             return []
         stored = spark_files.to_stored(state, updates)
+        if at_most is None and self.one_task_writes:
+            return self._write(state, batch_id, stored, None)
         if at_most is None and spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES:
             at_most = 1  # surely one file's worth
         if at_most is not None:  # one job; the footers count the records
             return self._write(state, batch_id, stored, at_most)
         stored = stored.persist()
         try:
-            records = stored.count()
+            with phase(SPARK):
+                records = stored.count()
             return self._write(state, batch_id, stored, records) if records else []
         finally:
             stored.unpersist()
 
     def _write(
-        self, state: TraceState, batch_id: str, stored: DataFrame, records: int
+        self, state: TraceState, batch_id: str, stored: DataFrame, records: int | None
     ) -> list[DataFile]:
         directory = batch_dir(batch_id)
         return spark_files.write_files(
@@ -117,7 +128,8 @@ class DeltaTrace(Trace[DataFrame]):
     ):
         self.spark = spark
         self.uri = uri
-        super().__init__(DeltaStorage(spark, uri, rows_per_file))
+        self.delta_storage = DeltaStorage(spark, uri, rows_per_file)
+        super().__init__(self.delta_storage)
 
     @classmethod
     def create(
@@ -141,12 +153,17 @@ class DeltaTrace(Trace[DataFrame]):
 
     # --------------------------------------------------------------- reading
 
-    def updates(self, keys: DataFrame | None = None, at: Time | None = None) -> DataFrame:
-        """Stored updates (data, key hash, times, diff), optionally only of ``keys``
-        and only from files that can hold times ``≤ at``."""
+    def updates(
+        self, keys: DataFrame | None = None, at: Time | None = None, since: Time | None = None
+    ) -> DataFrame:
+        """Stored updates (data, key hash, times, diff), optionally only of ``keys``,
+        and only from files that can hold times ``≤ at`` and times ``≥ since``
+        (the files are chosen by their time bounds; the rows are not filtered)."""
         files = self.files()
         if at is not None:
             files = [f for f in files if _may_hold_times_before(f, at, self.state.dims)]
+        if since is not None:
+            files = [f for f in files if _may_hold_times_from(f, since, self.state.dims)]
         if keys is not None and self.state.key:
             files = self._files_for_keys(files, keys)
         df = spark_files.read_files(self.spark, self.uri, self.state, files)
@@ -171,7 +188,8 @@ class DeltaTrace(Trace[DataFrame]):
         if len(files) <= PRUNING_MIN_FILES:
             return files  # nothing to gain from a Spark job that collects the probe hashes
         hashes = keys.select(spark_files.key_hash(self.state.key).alias(KEY_HASH)).distinct()
-        probe = [r[0] for r in hashes.limit(KEY_PRUNING_LIMIT + 1).collect()]
+        with phase(SPARK):
+            probe = [r[0] for r in hashes.limit(KEY_PRUNING_LIMIT + 1).collect()]
         if len(probe) > KEY_PRUNING_LIMIT:
             return files
         probe.sort()
@@ -216,6 +234,16 @@ def _holds_any(file: DataFile, sorted_hashes: list[int]) -> bool:
     lo, hi = bounds
     i = bisect_left(sorted_hashes, lo)
     return i < len(sorted_hashes) and sorted_hashes[i] <= hi
+
+
+def _may_hold_times_from(file: DataFile, since: Time, dims: int) -> bool:
+    """A file whose largest value of some time coordinate is below ``since`` holds
+    no time ``≥ since``: a run reading the batch it just appended skips the rest."""
+    for c, bound in zip(time_columns(dims), since, strict=True):
+        b = column_bounds(file, c)
+        if b is not None and b[1] < bound:
+            return False
+    return True
 
 
 def _may_hold_times_before(file: DataFile, at: Time, dims: int) -> bool:

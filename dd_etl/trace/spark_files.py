@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.lattice import Antichain
+from dd_etl.profiling import SPARK, phase
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceError
@@ -115,14 +116,19 @@ def write_files(
     directory: str,
     state: TraceState,
     df: DataFrame,
-    records_hint: int,
+    records_hint: int | None,
     rows_per_file: int = ROWS_PER_FILE,
 ) -> list[DataFile]:
-    """Consolidate ``df`` (stored layout) and write it under ``root/directory``."""
-    partitions = max(1, math.ceil(records_hint / rows_per_file))
+    """Consolidate ``df`` (stored layout) and write it under ``root/directory``:
+    range-partitioned into files of about ``rows_per_file`` records when
+    ``records_hint`` says how many there are, else by one task that starts a new
+    file every ``rows_per_file`` records."""
+    partitions = 1 if records_hint is None else max(1, math.ceil(records_hint / rows_per_file))
     out = consolidate(df, partitions)
     target = os.path.join(root, directory)
-    out.write.mode("errorifexists").parquet(target)
+    with phase(SPARK):
+        writer = out.write.mode("errorifexists").option("maxRecordsPerFile", rows_per_file)
+        writer.parquet(target)
     return describe_files(root, directory, state)
 
 

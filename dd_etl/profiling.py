@@ -1,0 +1,225 @@
+"""Where a run's time and Spark jobs go: per trace and per phase.
+
+A run's cost is the number of Spark jobs it launches (each a fixed 0.15 to 0.4 s on
+local Spark however little it does) plus the time spent outside them: planning,
+Delta log reads and commits, sinks. ``Profiler`` labels every Spark job with the
+trace whose work launched it (a Spark job group per trace, set in the thread
+doing that work), and low-level code reports the seconds of its phase with
+``phase(...)``, which costs nothing when no run is being profiled.
+
+Job counts are deterministic for a given dataflow, data and sizing, so tests may
+pin them; seconds are only reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DELTA_LOG = "delta_log"
+SPARK = "spark"
+SINKS = "sinks"
+PLANNING = "planning"
+PHASES = (PLANNING, DELTA_LOG, SPARK, SINKS)
+"""``planning``: building plans in Python and Spark's driver, deciding what is
+pending; ``delta_log``: opening trace logs and committing; ``spark``: waiting for
+Spark jobs (writes, small collects); ``sinks``: materialized tables and change
+feeds. Seconds of work done side by side in threads are added up."""
+
+_GROUP_PROPERTY = "spark.jobGroup.id"
+
+
+@dataclass
+class Cost:
+    seconds: float = 0.0
+    spark_jobs: int = 0
+    spark_stages: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunProfile:
+    """What one run cost: in all, per trace (by trace name) and per phase."""
+
+    seconds: float
+    spark_jobs: int
+    spark_stages: int
+    sizing: str
+    phases: dict[str, float]
+    traces: dict[str, Cost]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunProfile:
+        traces = {k: Cost(**v) for k, v in data.get("traces", {}).items()}
+        return cls(**{**data, "traces": traces})
+
+    def lines(self) -> list[str]:
+        """A readable breakdown, costliest traces first."""
+        phases = ", ".join(f"{p} {self.phases.get(p, 0.0):.2f}s" for p in PHASES)
+        out = [
+            f"{self.seconds:.2f}s, {self.spark_jobs} Spark jobs, {self.spark_stages} stages "
+            f"({self.sizing} interval)",
+            f"  phases (summed over threads): {phases}",
+        ]
+        ranked = sorted(self.traces.items(), key=lambda kv: (-kv[1].seconds, kv[0]))
+        width = max((len(name) for name in self.traces), default=0)
+        for name, c in ranked:
+            parts = ", ".join(f"{p} {s:.2f}s" for p, s in sorted(c.phases.items()) if s >= 0.005)
+            out.append(
+                f"  {name:<{width}}  {c.seconds:6.2f}s  {c.spark_jobs:3d} jobs "
+                f"{c.spark_stages:3d} stages  {parts}"
+            )
+        return out
+
+
+class Profiler:
+    """Records one run; ``phase`` reports to the profiler active in this process."""
+
+    def __init__(self, spark: SparkSession, sizing: str = "") -> None:
+        self.spark = spark
+        self.sizing = sizing
+        self._tag = f"dd_etl-{uuid.uuid4().hex[:12]}"
+        self._lock = threading.Lock()
+        self._seconds: dict[str, float] = defaultdict(float)
+        self._phases: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._local = threading.local()
+        self._started = time.perf_counter()
+        self._run_seconds: float | None = None
+        self._depth = 0
+        # jobs launched by threads that carry no job group are the run's own too
+        self._ungrouped_before = max(self._job_ids(None), default=-1)
+
+    def _job_ids(self, group: str | None) -> list[int]:
+        return list(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+    def _group(self, trace: str | None) -> str:
+        return self._tag if trace is None else f"{self._tag}/{trace}"
+
+    @staticmethod
+    def current() -> Profiler | None:
+        """The profiler of the run under way in this process, if any."""
+        return _active
+
+    @contextmanager
+    def active(self) -> Iterator[Profiler]:
+        """Make this the process's profiler, and label the calling thread's jobs as
+        the run's own (not any trace's). May be entered again inside itself."""
+        global _active
+        previous_profiler = _active
+        _active = self
+        sc = self.spark.sparkContext
+        previous = sc.getLocalProperty(_GROUP_PROPERTY)
+        sc.setLocalProperty(_GROUP_PROPERTY, self._group(None))
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            sc.setLocalProperty(_GROUP_PROPERTY, previous)  # type: ignore[arg-type]
+            _active = previous_profiler
+            if self._depth == 0:
+                self._run_seconds = time.perf_counter() - self._started
+
+    @contextmanager
+    def trace(self, name: str) -> Iterator[None]:
+        """Attribute the jobs, seconds and phases of the block to trace ``name``."""
+        sc = self.spark.sparkContext
+        previous = sc.getLocalProperty(_GROUP_PROPERTY)
+        outer = getattr(self._local, "trace", None)
+        sc.setLocalProperty(_GROUP_PROPERTY, self._group(name))
+        self._local.trace = name
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self._local.trace = outer
+            sc.setLocalProperty(_GROUP_PROPERTY, previous)  # type: ignore[arg-type]
+            with self._lock:
+                self._seconds[name] += elapsed
+
+    def add(self, phase: str, seconds: float) -> None:
+        owner = getattr(self._local, "trace", None) or ""
+        with self._lock:
+            self._phases[owner][phase] += seconds
+
+    def result(self) -> RunProfile:
+        """The profile, with job counts read from Spark's status tracker."""
+        tracker = self.spark.sparkContext.statusTracker()
+
+        def counted(ids: list[int]) -> tuple[int, int]:
+            infos = [tracker.getJobInfo(j) for j in ids]
+            return len(ids), sum(len(i.stageIds) for i in infos if i is not None)
+
+        def jobs_of(group: str) -> tuple[int, int]:
+            return counted(self._job_ids(group))
+
+        traces: dict[str, Cost] = {}
+        for name in sorted(set(self._seconds) | {t for t in self._phases if t}):
+            jobs, stages = jobs_of(self._group(name))
+            phases = dict(self._phases.get(name, {}))
+            spent = self._seconds.get(name, 0.0)
+            phases[PLANNING] = max(0.0, spent - sum(phases.values()))
+            traces[name] = Cost(round(spent, 3), jobs, stages, _rounded(phases))
+        ungrouped = [j for j in self._job_ids(None) if j > self._ungrouped_before]
+        own_jobs, own_stages = counted(self._job_ids(self._group(None)) + ungrouped)
+        seconds = (
+            self._run_seconds
+            if self._run_seconds is not None
+            else time.perf_counter() - self._started
+        )
+        totals: dict[str, float] = defaultdict(float)
+        for costs in self._phases.values():
+            for p, s in costs.items():
+                totals[p] += s
+        for c in traces.values():
+            totals[PLANNING] += c.phases.get(PLANNING, 0.0)
+        outside = seconds - sum(self._seconds.values()) - sum(self._phases.get("", {}).values())
+        totals[PLANNING] += max(0.0, outside)  # the run's own work between traces
+        return RunProfile(
+            seconds=round(seconds, 3),
+            spark_jobs=own_jobs + sum(c.spark_jobs for c in traces.values()),
+            spark_stages=own_stages + sum(c.spark_stages for c in traces.values()),
+            sizing=self.sizing,
+            phases=_rounded(totals),
+            traces=traces,
+        )
+
+
+_active: Profiler | None = None
+
+
+def traced(name: str) -> AbstractContextManager[None]:
+    """``Profiler.trace(name)`` of the active run, if any: for work a run hands to
+    threads of its own."""
+    return nullcontext() if _active is None else _active.trace(name)
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Count the block's seconds as ``name`` in the active run's profile, if any."""
+    profiler = _active
+    if profiler is None:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        profiler.add(name, time.perf_counter() - started)
+
+
+def _rounded(phases: dict[str, float]) -> dict[str, float]:
+    return {p: round(s, 3) for p, s in phases.items()}

@@ -1,0 +1,167 @@
+"""A run's cost is recorded, and a small change costs one Spark job per trace.
+
+The job counts are pinned: they are deterministic for a dataflow, its data and
+its sizing, and a change that makes a small epoch launch more jobs (a counting
+job, an exchange run as a job of its own) should fail here, not be found later
+in a benchmark. Times are recorded, never asserted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from dd_etl.plan import Dataflow
+from dd_etl.plan import aggregates as agg
+from dd_etl.plan import nodes as n
+from dd_etl.profiling import DELTA_LOG, PHASES, SPARK
+from dd_etl.runtime import Runtime, sizing
+from dd_etl.runtime.runner import upstream
+
+pytestmark = pytest.mark.spark
+
+TRIPS = StructType(
+    [
+        StructField("id", LongType(), False),
+        StructField("zone", LongType(), False),
+        StructField("fare", DoubleType(), False),
+    ]
+)
+ZONES = StructType([StructField("zone", LongType(), False), StructField("borough", StringType())])
+BOROUGHS = ["north", "south", "east"]
+
+
+def build(spark: SparkSession, warehouse: Path) -> Runtime:
+    """The three views of ``bench_incremental``: GROUP BY with COUNT, SUM, AVG, MIN
+    and MAX; a join, then GROUP BY; DISTINCT."""
+    flow = Dataflow(spark, warehouse)
+    trips = flow.source("trips", TRIPS, key=["id"])
+    zones = flow.source("zones", ZONES, key=["zone"])
+    flow.view(
+        "zone_stats",
+        trips.aggregate(
+            ["zone"],
+            trips=agg.count(),
+            revenue=agg.sum_("fare"),
+            avg_fare=agg.avg("fare"),
+            min_fare=agg.min_("fare"),
+            max_fare=agg.max_("fare"),
+        ),
+    )
+    joined = trips.join(zones, on="zone")
+    flow.view("borough_revenue", joined.aggregate(["borough"], revenue=agg.sum_("fare")))
+    flow.view("routes", trips.select("zone").distinct())
+    return Runtime(flow)
+
+
+def trip(i: int, version: int = 0) -> tuple[int, int, float]:
+    return (i, i % 7, float((i * 37 + version * 11) % 50 + 1))
+
+
+def load(spark: SparkSession, rt: Runtime, trips: int) -> None:
+    rt.append_source("trips", spark.createDataFrame([trip(i) for i in range(trips)], TRIPS), 0)
+    zones = [(z, BOROUGHS[z % 3]) for z in range(7)]
+    rt.append_source("zones", spark.createDataFrame(zones, ZONES), 0)
+
+
+def change(spark: SparkSession, rt: Runtime, epoch: int) -> None:
+    """A few trips inserted, updated (retraction + insertion) and deleted."""
+    schema = StructType([*TRIPS.fields, StructField("_diff", LongType(), False)])
+    rows = [(*trip(1000 + epoch), 1), (*trip(epoch), -1), (*trip(epoch, epoch), 1)]
+    rows.append((*trip(50 + epoch), -1))
+    rt.append_source("trips", spark.createDataFrame(rows, schema), epoch)
+    rt.append_source("zones", spark.createDataFrame([], ZONES), epoch)
+
+
+def expected(trips: dict[int, tuple[int, int, float]]) -> dict[str, Counter[tuple[Any, ...]]]:
+    by_zone: dict[int, list[float]] = {}
+    by_borough: dict[str, float] = {}
+    for _, zone, fare in trips.values():
+        by_zone.setdefault(zone, []).append(fare)
+        by_borough[BOROUGHS[zone % 3]] = by_borough.get(BOROUGHS[zone % 3], 0.0) + fare
+    stats = Counter(
+        (z, len(f), sum(f), sum(f) / len(f), min(f), max(f)) for z, f in by_zone.items()
+    )
+    return {
+        "zone_stats": stats,
+        "borough_revenue": Counter(by_borough.items()),
+        "routes": Counter((z,) for z in by_zone),
+    }
+
+
+def contents(rt: Runtime, view: str) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(r) for r in rt.read(view).collect())
+
+
+def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_path: Path) -> None:
+    rt = build(spark, tmp_path / "warehouse")
+    load(spark, rt, 60)
+    first = rt.run()
+    assert first.profile is not None and first.profile.sizing == "small"
+
+    change(spark, rt, 1)
+    report = rt.run()
+    profile = report.profile
+    assert profile is not None
+    assert profile.sizing == "small"
+    maintained = {x.trace_name for x in rt.stateful_nodes()}
+    assert set(profile.traces) == maintained
+    # sources are read from their committed batches, and the zones did not change:
+    # no job for them or for what only they feed; every other trace is computed and
+    # written by exactly one
+    only_zones = {
+        x.trace_name
+        for x in rt.stateful_nodes()
+        if {s.name for s in upstream([x]) if isinstance(s, n.Source)} == {"zones"}
+    }
+    assert only_zones == {"sources/zones", *[t for t in only_zones if "arrange" in str(t)]}
+    assert len(only_zones) == 2
+    # nor for the routes view: every zone still has trips, so the DISTINCT below it
+    # wrote an empty batch
+    jobs = {name: cost.spark_jobs for name, cost in profile.traces.items()}
+    idle = only_zones | {"sources/trips", "views/routes"}
+    assert jobs == {name: 0 if name in idle else 1 for name in maintained}
+    assert profile.spark_jobs == len(maintained) - 4 == 21
+    assert set(profile.phases) == set(PHASES) - {"sinks"}
+    assert all(c.phases[DELTA_LOG] > 0 for c in profile.traces.values())
+    assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in maintained - idle)
+    text = "\n".join(profile.lines())
+    assert "21 Spark jobs" in text and "views/zone_stats" in text
+
+
+def test_large_and_small_sizings_compute_the_same_views(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sizing changes how Spark runs a plan, never what it computes: the same
+    epochs run as large intervals (adaptive execution, counted parallel writes)
+    and as small ones give the same views."""
+    live = {i: trip(i) for i in range(60)}
+    runtimes = {}
+    for name, limit in (("small", 10**9), ("large", -1)):
+        monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", limit)
+        rt = build(spark, tmp_path / name)
+        load(spark, rt, 60)
+        assert rt.run().profile.sizing == name  # type: ignore[union-attr]
+        for epoch in (1, 2):
+            change(spark, rt, epoch)
+        assert rt.run().profile.sizing == name  # type: ignore[union-attr]  # both epochs
+        runtimes[name] = rt
+    for epoch in (1, 2):
+        live[1000 + epoch] = trip(1000 + epoch)
+        live[epoch] = trip(epoch, epoch)
+        del live[50 + epoch]
+    for view, rows in expected(live).items():
+        for rt in runtimes.values():
+            got = contents(rt, view)
+            assert _rounded(got) == _rounded(rows), view
+
+
+def _rounded(bag: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    return Counter(
+        {tuple(round(v, 6) if isinstance(v, float) else v for v in k): n for k, n in bag.items()}
+    )
