@@ -60,11 +60,6 @@ class RunProfile:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunProfile:
-        traces = {k: Cost(**v) for k, v in data.get("traces", {}).items()}
-        return cls(**{**data, "traces": traces})
-
     def lines(self) -> list[str]:
         """A readable breakdown, costliest traces first."""
         phases = ", ".join(f"{p} {self.phases.get(p, 0.0):.2f}s" for p in PHASES)
@@ -87,9 +82,9 @@ class RunProfile:
 class Profiler:
     """Records one run; ``phase`` reports to the profiler active in this process."""
 
-    def __init__(self, spark: SparkSession, sizing: str = "") -> None:
+    def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.sizing = sizing
+        self.sizing = ""  # told by the run once it has sized its interval
         self._tag = f"dd_etl-{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
         self._seconds: dict[str, float] = defaultdict(float)

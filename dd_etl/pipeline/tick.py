@@ -110,7 +110,30 @@ def tick_holding_lock(
     report = TickReport(epoch, resumed)
     profiler = Profiler(rt.spark)
     with profiler.active():
-        _tick(pipeline, report, progress, sources, views, limit, captures, profiler)
+        for name in pipeline.flow.sources if sources is None else sources:
+            progress(f"source:{name}", "", 0.0)
+            with profiler.trace(f"ingest {name}"):
+                report.sources[name] = ingest(pipeline, name, epoch, limit, captures.get(name))
+            progress(f"source:{name}", report.sources[name])
+        failpoint("tick.sources_appended")
+        chosen = list(pipeline.flow.views) if views is None else list(views)
+        if chosen:
+            progress("run", "", 0.0)
+            report.refresh = rt.choose_refresh(chosen)
+            recomputed = [v for v, c in report.refresh.items() if c.mode == "full"]
+            for view, choice in report.refresh.items():
+                progress(f"refresh:{view}", str(choice))
+            on_trace = _per_view(pipeline, chosen, recomputed, progress)
+            run = rt.run(on_trace, views=chosen, refresh=report.refresh)
+            report.views = {v: run.views.get(v, 0) for v in chosen}
+            done = f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date"
+            progress("run", done)
+        for view in chosen:
+            if epoch_of(rt.trace(pipeline.flow.views[view]).state.upper) <= epoch:
+                continue  # a source it reads has not taken in the epoch yet
+            with profiler.trace(f"sink {view}"), phase(SINKS):
+                report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
+        failpoint("tick.sinks_committed")
     report.profile = profiler.result()
     record_profile(pipeline.warehouse, epoch, report.profile)
     report.seconds = time.time() - started
@@ -121,43 +144,6 @@ def tick_holding_lock(
             TickRecord(epoch, started, time.time(), dict(report.sources), dict(report.views)),
         )
     return report
-
-
-def _tick(
-    pipeline: Pipeline,
-    report: TickReport,
-    progress: Progress,
-    sources: Collection[str] | None,
-    views: Collection[str] | None,
-    limit: int | None,
-    captures: Mapping[str, Capture],
-    profiler: Profiler,
-) -> None:
-    rt = pipeline.runtime
-    epoch = report.epoch
-    for name in pipeline.flow.sources if sources is None else sources:
-        progress(f"source:{name}", "", 0.0)
-        with profiler.trace(f"ingest {name}"):
-            report.sources[name] = ingest(pipeline, name, epoch, limit, captures.get(name))
-        progress(f"source:{name}", report.sources[name])
-    failpoint("tick.sources_appended")
-    chosen = list(pipeline.flow.views) if views is None else list(views)
-    if chosen:
-        progress("run", "", 0.0)
-        report.refresh = rt.choose_refresh(chosen)
-        recomputed = [v for v, c in report.refresh.items() if c.mode == "full"]
-        for view, choice in report.refresh.items():
-            progress(f"refresh:{view}", str(choice))
-        on_trace = _per_view(pipeline, chosen, recomputed, progress)
-        run = rt.run(on_trace, views=chosen, refresh=report.refresh)
-        report.views = {v: run.views.get(v, 0) for v in chosen}
-        progress("run", f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date")
-    for view in chosen:
-        if epoch_of(rt.trace(pipeline.flow.views[view]).state.upper) <= epoch:
-            continue  # a source it reads has not taken in the epoch yet
-        with profiler.trace(f"sink {view}"), phase(SINKS):
-            report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
-    failpoint("tick.sinks_committed")
 
 
 def sync_sinks(pipeline: Pipeline, view: str, epoch: int, progress: Progress) -> dict[str, str]:
