@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dd_etl.lattice import Antichain, Time, less_equal
+from dd_etl.trace.description import Description
 from dd_etl.trace.errors import HoldRegression, UpperMismatch
 from dd_etl.trace.spine import batch_limit
 from dd_etl.trace.state import TraceState
@@ -266,3 +267,13 @@ def test_amortised_maintenance_keeps_the_spine_small_and_storage_near_live() -> 
         assert len(trace.state.batches) <= appended.bit_length() + 2
     assert trace.state.records <= 4 * len(live)
     assert trace.read_at(None) == {(k, v): 1 for k, v in live.items()}
+
+
+def test_records_from_counts_every_batch_that_may_hold_later_times() -> None:
+    """What a run reads to size its interval and to see that an input did not
+    change: batches entirely before ``lower`` do not count, a batch reaching past
+    it counts whole."""
+    state = TraceState.new("t", 1, ("k",), "{}")
+    for i, (lo, hi, records) in enumerate([(0, 2, 7), (2, 3, 0), (3, 5, 4)]):
+        state = state.append(f"b{i}", Description(e(lo), e(hi), Antichain.minimum(1)), records)
+    assert [state.records_from(e(t)) for t in (0, 2, 3, 4, 5)] == [11, 4, 4, 4, 0]

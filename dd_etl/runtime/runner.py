@@ -271,13 +271,10 @@ class Runtime:
         """Source records a run from ``lower`` takes in, plus all records of the
         sources a recomputed view reads, as the trace logs count them (no Spark job)."""
         start = Antichain.from_epoch(lower)
-        records = 0
-        for source in (
-            x for x in self.stateful_nodes(views, unmaintained) if isinstance(x, n.Source)
-        ):
-            for batch in self.trace(source).state.batches:
-                if start.less_equal(batch.description.lower):
-                    records += batch.records
+        nodes = self.stateful_nodes(views, unmaintained)
+        records = sum(
+            self.trace(x).state.records_from(start) for x in nodes if isinstance(x, n.Source)
+        )
         for view in full:
             for source in (x for x in self.upstream_of(view) if isinstance(x, n.Source)):
                 records += self.trace(source).state.records
@@ -528,11 +525,8 @@ class _Interval:
         if node.id not in self._unchanged:
             if node.trace_name is not None:
                 self.delta(node)  # computed and appended first, as a user would see it
-                lower = Antichain.from_epoch(self.lower)
-                batches = self.rt.trace(node).state.batches
-                self._unchanged[node.id] = all(
-                    b.records == 0 for b in batches if not b.description.upper.less_equal(lower)
-                )
+                state = self.rt.trace(node).state
+                self._unchanged[node.id] = state.records_from(Antichain.from_epoch(self.lower)) == 0
             elif isinstance(node, n.Constant):
                 self._unchanged[node.id] = self.lower > 0
             else:

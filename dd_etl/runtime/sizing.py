@@ -8,8 +8,9 @@ fixed cost and nothing to gain; and compiling each plan to Java code costs more
 than interpreting it over a few thousand rows. A small interval therefore runs
 with adaptive execution off, no automatic broadcasts, one shuffle partition and
 no code generation, so each trace's plan is one job, and its batch is written by
-one task without being counted first. A large interval (an initial load, a backfill, a large change)
-keeps the session's own settings, which are the right ones there.
+one task without being counted first. A large interval (an initial load, a
+backfill, a large change) keeps the session's own settings, which are the right
+ones there.
 
 Which one applies is decided from the trace logs alone (no Spark job): the
 source records the run takes in, plus the sources a recomputed view reads in full.

@@ -108,6 +108,12 @@ class TraceState:
     def records(self) -> int:
         return sum(b.records for b in self.batches)
 
+    def records_from(self, lower: Antichain) -> int:
+        """Records of the batches that may hold times at or after ``lower``: those
+        whose upper ``lower`` has not reached (a merged batch straddling it counts
+        whole). Zero means the trace surely has no updates from ``lower`` on."""
+        return sum(b.records for b in self.batches if not b.description.upper.less_equal(lower))
+
     def batch(self, batch_id: str) -> Batch:
         for b in self.batches:
             if b.id == batch_id:
