@@ -41,7 +41,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _guarded(action: Callable[[], T]) -> T:
     """Run ``action``; render a failure as one paragraph with a meaningful exit status."""
-    from dd_etl.pipeline.errors import PipelineError
+    from dd_etl.errors import PipelineError
     from dd_etl.plan.dataflow import PlanError
     from dd_etl.runtime.runner import PlanChanged
     from dd_etl.trace.errors import TraceError

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from dd_etl.errors import ConfigError
 from dd_etl.pipeline.build import view_order
 from dd_etl.pipeline.config import load_config
-from dd_etl.pipeline.errors import ConfigError
 
 GOOD = """\
 name: p

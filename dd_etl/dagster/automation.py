@@ -15,8 +15,8 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 )
 
 from dd_etl.dagster.names import PIPELINE_TAG, identifier
+from dd_etl.errors import PipelineError
 from dd_etl.pipeline.config import LoadedConfig, load_config
-from dd_etl.pipeline.errors import PipelineError
 from dd_etl.pipeline.status import source_signatures, tick_due
 
 TickJob = dg.JobDefinition | UnresolvedAssetJobDefinition  # what define_asset_job returns

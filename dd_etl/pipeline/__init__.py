@@ -5,9 +5,9 @@
 view and sink. The CLI and Dagster both call these.
 """
 
+from dd_etl.errors import ConfigError, HistoryLost, PipelineError, SourceError
 from dd_etl.pipeline.build import Pipeline, open_pipeline
 from dd_etl.pipeline.config import PipelineConfig, load_config
-from dd_etl.pipeline.errors import ConfigError, HistoryLost, PipelineError, SourceError
 from dd_etl.pipeline.tick import TickReport, run_tick
 
 __all__ = [

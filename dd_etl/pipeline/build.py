@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
+from dd_etl.errors import ConfigError
 from dd_etl.pipeline.config import LoadedConfig, SourceConfig, ViewConfig, load_config
-from dd_etl.pipeline.errors import ConfigError
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.runtime import Runtime
 from dd_etl.sinks import ChangeFeed, MaterializedView

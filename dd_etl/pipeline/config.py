@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dd_etl.pipeline.errors import ConfigError
+from dd_etl.errors import ConfigError
 from dd_etl.plan.refresh import DEFAULT_FULL_ABOVE, Policy, RefreshPolicy
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"

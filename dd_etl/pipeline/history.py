@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dd_etl.errors import PipelineError
 from dd_etl.pipeline.build import Pipeline
-from dd_etl.pipeline.errors import PipelineError
 from dd_etl.pipeline.status import tick_due
 from dd_etl.pipeline.tick import Progress, TickReport, _quiet, next_epoch, run_tick
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from dd_etl.pipeline.errors import PipelineError
+from dd_etl.errors import PipelineError
 
 if TYPE_CHECKING:
     from dd_etl.pipeline.build import Pipeline

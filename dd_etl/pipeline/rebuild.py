@@ -18,9 +18,9 @@ from pathlib import Path
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from dd_etl.errors import PipelineError
 from dd_etl.pipeline.build import Pipeline, known_schema, make_reader, open_pipeline
 from dd_etl.pipeline.config import load_config
-from dd_etl.pipeline.errors import PipelineError
 from dd_etl.plan import nodes as n
 from dd_etl.sources.base import POSITION_META
 from dd_etl.trace.delta_trace import discard_table

@@ -14,8 +14,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.errors import PipelineError
 from dd_etl.pipeline.build import Pipeline
-from dd_etl.pipeline.errors import PipelineError
 from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.tick import Progress, TickReport, _quiet, next_epoch, tick_holding_lock
 from dd_etl.sources.base import Capture, Position, difference, read_position

@@ -26,10 +26,10 @@ from typing import Protocol
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 
+from dd_etl.errors import PipelineError, SourceError
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
-from dd_etl.pipeline.errors import PipelineError, SourceError
 from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.ticks import TickRecord, last_tick, record_profile, record_tick
 from dd_etl.plan import nodes as n

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dd_etl.pipeline.errors import HistoryLost, SourceError
+from dd_etl.errors import HistoryLost, SourceError
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
 
