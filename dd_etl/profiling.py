@@ -27,13 +27,15 @@ if TYPE_CHECKING:
 
 DELTA_LOG = "delta_log"
 SPARK = "spark"
+LOOKUPS = "lookups"
 SINKS = "sinks"
 PLANNING = "planning"
-PHASES = (PLANNING, DELTA_LOG, SPARK, SINKS)
+PHASES = (PLANNING, DELTA_LOG, LOOKUPS, SPARK, SINKS)
 """``planning``: building plans in Python and Spark's driver, deciding what is
-pending; ``delta_log``: opening trace logs and committing; ``spark``: waiting for
-Spark jobs (writes, small collects); ``sinks``: materialized tables and change
-feeds. Seconds of work done side by side in threads are added up."""
+pending; ``delta_log``: opening trace logs and committing; ``lookups``: reading
+the touched keys' history in the driver; ``spark``: waiting for Spark jobs
+(writes, small collects); ``sinks``: materialized tables and change feeds.
+Seconds of work done side by side in threads are added up."""
 
 _GROUP_PROPERTY = "spark.jobGroup.id"
 

@@ -279,3 +279,46 @@ def test_vacuum_keeps_the_log_back_to_the_latest_state(spark: SparkSession, tmp_
     trace.vacuum(retention_hours=0)
     assert _log_versions(uri)[0] == foreign - 1
     assert DeltaTrace(spark, str(uri)).state == trace.reload()
+
+
+@pytest.mark.parametrize("driver", [False, True], ids=["spark_scan", "driver_read"])
+def test_key_lookups_stay_exact_when_the_probe_keys_have_another_type(
+    spark: SparkSession, tmp_path: Path, driver: bool
+) -> None:
+    """Stored hashes are of bigint keys; probes of int keys hash differently, so
+    pruning by their hashes would drop files that hold matches."""
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=10)
+    trace.register_reader("r")
+    trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(100)]), e(0), e(1))
+    assert len(trace.files()) > 4
+    probe = spark.createDataFrame([(7,), (42,), (1000,)], "k int")
+    hashes = sorted(r[0] for r in probe.select(spark_files.key_hash(["k"])).collect())
+    # a caller that got the probe's hashes wrong: the driver read trusts them, so
+    # the runtime passes hashes only from a trace whose key types are the same
+    key_hashes = hashes if driver else None
+    expected = {} if driver else {(7, "x"): 1, (42, "x"): 1}
+    found = contents(trace.read_at((0,), keys=probe, key_hashes=key_hashes))
+    assert found == expected
+
+
+def test_driver_lookups_read_the_rows_of_the_touched_keys_only(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=50)
+    trace.register_reader("r")
+    trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(400)]), e(0), e(1))
+    changes = [((k, "y"), (1,), 1) for k in (3, 250)] + [((3, "x"), (1,), -1)]
+    trace.compare_and_append(frame(spark, changes), e(1), e(2))
+    probe = spark.createDataFrame([(3,), (250,)], "k long")
+    touched = trace.key_hashes_since((1,))
+    assert touched == sorted(r[0] for r in probe.select(spark_files.key_hash(["k"])).collect())
+    assert contents(trace.read_at((0,), keys=probe, key_hashes=touched)) == {
+        (3, "x"): 1,
+        (250, "x"): 1,
+    }
+    assert contents(trace.read_at((1,), keys=probe, key_hashes=touched)) == {
+        (3, "y"): 1,
+        (250, "x"): 1,
+        (250, "y"): 1,
+    }
+    assert contents(trace.read_at((1,), keys=probe, key_hashes=[])) == {}

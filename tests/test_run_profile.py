@@ -19,7 +19,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
-from dd_etl.profiling import DELTA_LOG, PHASES, SPARK
+from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
 from dd_etl.runtime.runner import upstream
 
@@ -130,6 +130,10 @@ def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_p
     assert set(profile.phases) == set(PHASES) - {"sinks"}
     assert all(c.phases[DELTA_LOG] > 0 for c in profile.traces.values())
     assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in maintained - idle)
+    # every reduction read the history of the keys it touched in the driver
+    reductions = {x.trace_name for x in rt.stateful_nodes() if isinstance(x, n.Reduce)} - idle
+    assert len(reductions) == 8
+    assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
     assert "21 Spark jobs" in text and "views/zone_stats" in text
 

@@ -108,7 +108,7 @@ class Runtime:
         name = node.trace_name
         assert name is not None
         if name not in self._traces:
-            key = self._trace_key(node)
+            key = trace_key(node)
             uri = str(Path(self.flow.warehouse) / name)
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key)
             trace.register_reader(RUNTIME_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
@@ -132,7 +132,7 @@ class Runtime:
         name = loop.inner_trace_name(node)
         if name not in self._traces:
             uri = str(Path(self.flow.warehouse) / name)
-            key = self._trace_key(node)
+            key = trace_key(node)
             dims = 1 + loop_nest(loop)[node.id][1]
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
             bottom = Antichain.minimum(dims)
@@ -140,12 +140,6 @@ class Runtime:
             trace.delta_storage.one_task_writes = self._sizing.one_task_writes
             self._traces[name] = trace
         return self._traces[name]
-
-    @staticmethod
-    def _trace_key(node: n.Node) -> tuple[str, ...]:
-        if isinstance(node, n.Source | n.Arrange | n.Reduce | n.Accumulate):
-            return node.key
-        return tuple(node.columns)
 
     def stateful_nodes(
         self, views: Sequence[str] | None = None, recomputed: Collection[str] | None = None
@@ -244,7 +238,7 @@ class Runtime:
         self._discard_unmaintained(full)
         sizing = for_records(self.records_read(chosen, unmaintained, full, lower))
         profiler.sizing = sizing.name
-        interval = _Interval(self, lower, upper, full)
+        interval = _Interval(self, lower, upper, full, sizing.driver_lookups)
         with self._sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
             # Traces of one depth depend only on shallower ones: write them side by
             # side, so Spark overlaps their small jobs instead of running one at a time.
@@ -437,6 +431,19 @@ class Runtime:
         return self.flow.views[name]
 
 
+def trace_key(node: n.Node) -> tuple[str, ...]:
+    """The columns a node's trace is keyed (hashed, sorted, looked up) by."""
+    if isinstance(node, n.Source | n.Arrange | n.Reduce | n.Accumulate):
+        return node.key
+    return tuple(node.columns)
+
+
+def _keyed_by(node: n.Node, key: Sequence[str]) -> bool:
+    """Whether ``node`` keeps a trace keyed by exactly ``key``: its changes' key
+    hashes are then those of ``key``, in that order."""
+    return node.trace_name is not None and trace_key(node) == tuple(key)
+
+
 def _label(node: n.Node) -> str:
     return node.trace_name or node.id
 
@@ -468,13 +475,20 @@ class _Interval:
     """The changes of every node for one run's interval ``[lower, upper)``."""
 
     def __init__(
-        self, runtime: Runtime, lower: int, upper: int, recomputed: Collection[str] = ()
+        self,
+        runtime: Runtime,
+        lower: int,
+        upper: int,
+        recomputed: Collection[str] = (),
+        driver_lookups: bool = False,
     ) -> None:
         self.rt = runtime
         self.lower = lower
         self.upper = upper
         self.recomputed = recomputed
+        self.driver_lookups = driver_lookups
         self._deltas: dict[str, DataFrame] = {}
+        self._touched: dict[str, list[int]] = {}
         self._unchanged: dict[str, bool] = {}
         self.written: dict[str, int] = {}  # records appended per node by this run
         self.rounds: list[Round] = []
@@ -533,16 +547,35 @@ class _Interval:
                 self._unchanged[node.id] = all(self.unchanged(i) for i in node.inputs)
         return self._unchanged[node.id]
 
-    def history(self, node: n.Node, before: int | None = None) -> Callable[[DataFrame], DataFrame]:
-        """The node's trace accumulated before epoch ``before`` (default: the run's lower)."""
+    def history(
+        self, node: n.Node, before: int | None = None, probe: n.Node | None = None
+    ) -> Callable[[DataFrame], DataFrame]:
+        """The node's trace accumulated before epoch ``before`` (default: the run's
+        lower), for keys that (when ``probe`` is given) are among those ``probe``'s
+        changes in the interval touch, in the same key columns, in order."""
         at = (self.lower if before is None else before) - 1
 
         def read(keys: DataFrame) -> DataFrame:
             if at < 0:
                 return self.rt.flow.empty_updates(node.schema).drop(TIME)
-            return self.rt.trace(node).read_at((at,), keys=keys)
+            trace = self.rt.trace(node)
+            return trace.read_at((at,), keys=keys, key_hashes=self._touched_hashes(probe, trace))
 
         return read
+
+    def _touched_hashes(self, probe: n.Node | None, target: DeltaTrace) -> list[int] | None:
+        """The key hashes ``probe``'s changes in the interval touch, as ``target``
+        hashes keys (None if unknown): read from the batch ``probe`` appended, so a
+        lookup reads only those keys' rows and costs no job to find them."""
+        if not self.driver_lookups or probe is None or probe.trace_name is None:
+            return None
+        source = self.rt.trace(probe)
+        if source.key_types != target.key_types:
+            return None  # equal keys of other types hash differently
+        if probe.id not in self._touched:
+            self.delta(probe)  # appended first
+            self._touched[probe.id] = source.key_hashes_since((self.lower,))
+        return self._touched[probe.id]
 
     def _compute(self, node: n.Node) -> DataFrame:
         ins = node.inputs
@@ -562,11 +595,12 @@ class _Interval:
             return self._from_trace(node, lambda: self.delta(ins[0]))
         if isinstance(node, n.Join):
             left, right = ins
+            probes = _keyed_by(left, node.left_key) and _keyed_by(right, node.right_key)
             return delta_join(
                 self.delta(left),
                 self.delta(right),
-                self.history(left),
-                self.history(right),
+                self.history(left, probe=right if probes else None),
+                self.history(right, probe=left if probes else None),
                 node.left_key,
                 node.right_key,
                 left.columns,
@@ -601,12 +635,13 @@ class _Interval:
             )
         if isinstance(node, n.Reduce):
             reducer = reducer_for(node)
+            probe = ins[0] if _keyed_by(ins[0], node.key) else None
             return self._from_trace(
                 node,
                 lambda: delta_reduce(
                     self.delta(ins[0]),
-                    self.history(ins[0]),
-                    self.history(node),
+                    self.history(ins[0], probe=probe),
+                    self.history(node, probe=probe),
                     node.key,
                     node.columns,
                     reducer,

@@ -8,7 +8,9 @@ fixed cost and nothing to gain; and compiling each plan to Java code costs more
 than interpreting it over a few thousand rows. A small interval therefore runs
 with adaptive execution off, no automatic broadcasts, one shuffle partition and
 no code generation, so each trace's plan is one job, and its batch is written by
-one task without being counted first. A large interval (an initial load, a
+one task without being counted first. Its history lookups read only the rows of
+the keys the change touched, in the driver (``trace/arrow_files.py``), rather
+than have Spark scan whole files. A large interval (an initial load, a
 backfill, a large change) keeps the session's own settings, which are the right
 ones there.
 
@@ -34,6 +36,8 @@ class Sizing:
     conf: Mapping[str, str] = field(default_factory=dict)
     one_task_writes: bool = False
     """Appended batches written by one sorted task, not counted first."""
+    driver_lookups: bool = False
+    """History lookups read the touched keys' rows in the driver."""
 
 
 SMALL = Sizing(
@@ -46,6 +50,7 @@ SMALL = Sizing(
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     },
     one_task_writes=True,
+    driver_lookups=True,
 )
 LARGE = Sizing("large")
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType
 
 from dd_etl.lattice import Time
-from dd_etl.profiling import DELTA_LOG, SPARK, phase
-from dd_etl.trace import delta_log, spark_files
+from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
+from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.errors import SinceViolation, TraceError
@@ -154,39 +154,78 @@ class DeltaTrace(Trace[DataFrame]):
     # --------------------------------------------------------------- reading
 
     def updates(
-        self, keys: DataFrame | None = None, at: Time | None = None, since: Time | None = None
+        self,
+        keys: DataFrame | None = None,
+        at: Time | None = None,
+        since: Time | None = None,
+        key_hashes: Sequence[int] | None = None,
     ) -> DataFrame:
         """Stored updates (data, key hash, times, diff), optionally only of ``keys``,
         and only from files that can hold times ``≤ at`` and times ``≥ since``
-        (the files are chosen by their time bounds; the rows are not filtered)."""
+        (the files are chosen by their time bounds; the rows are not filtered).
+
+        ``key_hashes``, the sorted hashes of ``keys`` as this trace hashes them
+        (``key_types``), when the caller knows them: only rows with those hashes
+        are read, in the driver (``arrow_files``), rather than whole files by Spark.
+        """
         files = self.files()
         if at is not None:
             files = [f for f in files if _may_hold_times_before(f, at, self.state.dims)]
         if since is not None:
             files = [f for f in files if _may_hold_times_from(f, since, self.state.dims)]
-        if keys is not None and self.state.key:
+        if keys is None or not self.state.key:
+            return spark_files.read_files(self.spark, self.uri, self.state, files)
+        df: DataFrame | None = None
+        if key_hashes is not None:
+            files = [f for f in files if _holds_any(f, key_hashes)]
+            with phase(LOOKUPS):
+                df = arrow_files.read_matching(self.spark, self.uri, self.state, files, key_hashes)
+        else:
             files = self._files_for_keys(files, keys)
-        df = spark_files.read_files(self.spark, self.uri, self.state, files)
-        if keys is not None and self.state.key:
-            cond = [df[k].eqNullSafe(keys[k]) for k in self.state.key]
-            df = df.join(keys.select(*self.state.key).distinct(), cond, "left_semi")
-        return df
+        if df is None:
+            df = spark_files.read_files(self.spark, self.uri, self.state, files)
+        cond = [df[k].eqNullSafe(keys[k]) for k in self.state.key]
+        return df.join(keys.select(*self.state.key).distinct(), cond, "left_semi")
 
-    def read_at(self, at: Time | None = None, keys: DataFrame | None = None) -> DataFrame:
+    def read_at(
+        self,
+        at: Time | None = None,
+        keys: DataFrame | None = None,
+        key_hashes: Sequence[int] | None = None,
+    ) -> DataFrame:
         """The collection accumulated at time ``at`` (default: everything committed),
-        as data columns plus ``_diff``, the multiplicity of each distinct row."""
+        as data columns plus ``_diff``, the multiplicity of each distinct row;
+        ``keys`` and ``key_hashes`` as ``updates`` takes them."""
         if at is not None and not self.state.since.less_equal_time(at):
             raise SinceViolation(self.name, at, self.state.since)
-        df = self.updates(keys, at)
+        df = self.updates(keys, at, key_hashes=key_hashes)
         if at is not None:
             for c, bound in zip(time_columns(self.state.dims), at, strict=True):
                 df = df.where(F.col(c) <= bound)
         data = spark_files.data_schema(self.state).fieldNames()
         return df.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
 
+    @property
+    def key_types(self) -> tuple[DataType, ...]:
+        """The types the key hash is computed on: two traces' hashes of equal keys
+        agree only when these agree, column by column."""
+        schema = spark_files.data_schema(self.state)
+        return tuple(schema[k].dataType for k in self.state.key)
+
+    def key_hashes_since(self, since: Time) -> list[int]:
+        """The sorted distinct key hashes of this trace's updates at times ``≥ since``,
+        read from the files of the batches that hold them, in the driver."""
+        files = [f for f in self.files() if _may_hold_times_from(f, since, self.state.dims)]
+        with phase(LOOKUPS):
+            return arrow_files.key_hashes(self.uri, files, since)
+
     def _files_for_keys(self, files: list[DataFile], keys: DataFrame) -> list[DataFile]:
         if len(files) <= PRUNING_MIN_FILES:
             return files  # nothing to gain from a Spark job that collects the probe hashes
+        if tuple(keys.schema[k].dataType for k in self.state.key) != self.key_types:
+            # Equal keys of other types (int and bigint, decimal and double) hash
+            # differently, and no cast maps every such key to the stored hash.
+            return files
         hashes = keys.select(spark_files.key_hash(self.state.key).alias(KEY_HASH)).distinct()
         with phase(SPARK):
             probe = [r[0] for r in hashes.limit(KEY_PRUNING_LIMIT + 1).collect()]
@@ -227,7 +266,7 @@ def discard_table(path: Path) -> None:
         shutil.rmtree(doomed)
 
 
-def _holds_any(file: DataFile, sorted_hashes: list[int]) -> bool:
+def _holds_any(file: DataFile, sorted_hashes: Sequence[int]) -> bool:
     bounds = hash_bounds(file)
     if bounds is None:
         return True

@@ -1,0 +1,82 @@
+"""Key lookups read in the driver with pyarrow, handed to Spark as local relations.
+
+A small change touches few keys, but a Spark scan of a trace reads whole files:
+history lookups would cost what the data costs, not what the change costs.
+Batch files are sorted by key hash, and the hashes a lookup needs are known
+before any Spark job (those of the batch that caused it, read here too), so
+the driver reads the files that can hold them, keeps the matching rows and
+gives Spark only those. Spark then plans over a local relation whose size it
+knows exactly, and an empty one prunes the plan that reads it.
+
+Reading in the driver pays while the files involved are not large; past
+``DRIVER_READ_RECORDS`` the caller scans them with Spark instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+
+from dd_etl.lattice import Time
+from dd_etl.trace import spark_files
+from dd_etl.trace.batch import DataFile
+from dd_etl.trace.columns import KEY_HASH, time_columns
+from dd_etl.trace.state import TraceState
+
+DRIVER_READ_RECORDS = 4_000_000
+"""Files of at most this many records in all are read in the driver for a lookup."""
+DRIVER_KEPT_RECORDS = 250_000
+"""A lookup keeping more rows than this is left to a Spark scan."""
+
+
+def key_hashes(root: str, files: Sequence[DataFile], since: Time) -> list[int]:
+    """The sorted distinct key hashes of the rows of ``files`` at times ``≥ since``
+    (every coordinate): the keys a batch appended from ``since`` on touched."""
+    hashes: set[int] = set()
+    times = time_columns(len(since))
+    for file in files:
+        table = pq.read_table(Path(root) / file.path, columns=[KEY_HASH, *times])
+        keep = _at_or_after(table, times, since)
+        hashes.update(table.column(KEY_HASH).filter(keep).to_pylist())
+    return sorted(hashes)
+
+
+def read_matching(
+    spark: SparkSession,
+    root: str,
+    state: TraceState,
+    files: Sequence[DataFile],
+    hashes: Sequence[int],
+) -> DataFrame | None:
+    """The stored rows of ``files`` whose key hash is one of ``hashes``, as a local
+    relation; None when the files are too large to read in the driver, or the
+    rows kept too many to hand over (the caller then scans with Spark)."""
+    schema = spark_files.stored_schema(state)
+    if sum(f.records for f in files) > DRIVER_READ_RECORDS:
+        return None
+    wanted = pa.array(hashes, pa.int64())
+    parts: list[pa.Table] = []
+    kept = 0
+    for file in files:
+        table = pq.read_table(Path(root) / file.path)
+        matching = table.filter(pc.is_in(table.column(KEY_HASH), value_set=wanted))
+        kept += matching.num_rows
+        if kept > DRIVER_KEPT_RECORDS:
+            return None
+        parts.append(matching)
+    if not parts:
+        return spark.createDataFrame([], schema)
+    table = pa.concat_tables(parts).select(schema.fieldNames())
+    return spark.createDataFrame(table, schema)
+
+
+def _at_or_after(table: pa.Table, times: Sequence[str], since: Time) -> pa.Array:
+    keep = pc.greater_equal(table.column(times[0]), since[0])
+    for column, bound in zip(times[1:], since[1:], strict=True):
+        keep = pc.and_(keep, pc.greater_equal(table.column(column), bound))
+    return keep
