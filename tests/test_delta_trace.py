@@ -306,19 +306,24 @@ def test_driver_lookups_read_the_rows_of_the_touched_keys_only(
 ) -> None:
     trace = new_trace(spark, tmp_path / "t", rows_per_file=50)
     trace.register_reader("r")
-    trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(400)]), e(0), e(1))
-    changes = [((k, "y"), (1,), 1) for k in (3, 250)] + [((3, "x"), (1,), -1)]
-    trace.compare_and_append(frame(spark, changes), e(1), e(2))
+    for epoch in range(2):  # merged below: the history is in a merge's files
+        rows = [((k, "x"), (epoch,), 1) for k in range(200 * epoch, 200 * (epoch + 1))]
+        trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
+    trace.downgrade_reader("r", e(1), e(2))
+    trace.exert(None)
+    assert len(trace.state.batches) == 1
+    changes = [((k, "y"), (2,), 1) for k in (3, 250)] + [((3, "x"), (2,), -1)]
+    trace.compare_and_append(frame(spark, changes), e(2), e(3))
     probe = spark.createDataFrame([(3,), (250,)], "k long")
-    touched = trace.key_hashes_since((1,))
+    touched = trace.key_hashes_since((2,))
     assert touched == sorted(r[0] for r in probe.select(spark_files.key_hash(["k"])).collect())
-    assert contents(trace.read_at((0,), keys=probe, key_hashes=touched)) == {
+    assert contents(trace.read_at((1,), keys=probe, key_hashes=touched)) == {
         (3, "x"): 1,
         (250, "x"): 1,
     }
-    assert contents(trace.read_at((1,), keys=probe, key_hashes=touched)) == {
+    assert contents(trace.read_at((2,), keys=probe, key_hashes=touched)) == {
         (3, "y"): 1,
         (250, "x"): 1,
         (250, "y"): 1,
     }
-    assert contents(trace.read_at((1,), keys=probe, key_hashes=[])) == {}
+    assert contents(trace.read_at((2,), keys=probe, key_hashes=[])) == {}

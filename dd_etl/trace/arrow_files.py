@@ -63,15 +63,17 @@ def read_matching(
     parts: list[pa.Table] = []
     kept = 0
     for file in files:
-        table = pq.read_table(Path(root) / file.path)
+        table = pq.read_table(Path(root) / file.path, columns=schema.fieldNames())
         matching = table.filter(pc.is_in(table.column(KEY_HASH), value_set=wanted))
         kept += matching.num_rows
         if kept > DRIVER_KEPT_RECORDS:
             return None
-        parts.append(matching)
+        parts.append(matching.select(schema.fieldNames()))
     if not parts:
         return spark.createDataFrame([], schema)
-    table = pa.concat_tables(parts).select(schema.fieldNames())
+    # files written by appends and by merges may differ in which columns they
+    # declare nullable; the values are the same types
+    table = pa.concat_tables(parts, promote_options="default")
     return spark.createDataFrame(table, schema)
 
 
