@@ -16,6 +16,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.hadoop.parquet.enable.summary-metadata": "false",
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.ui.showConsoleProgress": "false",
+    # PySpark otherwise records the Python call site of every DataFrame call in the
+    # JVM (several round trips each): about a third of planning a run's ~1,500 calls.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
