@@ -63,7 +63,7 @@ from pyspark.sql.types import (
 from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
-from dd_etl.runtime import Runtime, runner
+from dd_etl.runtime import Runtime, execution
 from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.columns import DIFF
 
@@ -225,7 +225,7 @@ def build_flow(spark: SparkSession, root: Path) -> Runtime:
 # ------------------------------------------------------------------ Spark jobs
 
 
-def cost(report: runner.RunReport, breakdown: bool) -> dict[str, Any]:
+def cost(report: execution.RunReport, breakdown: bool) -> dict[str, Any]:
     """Seconds, Spark jobs and stages of a run as the runtime's own profile recorded
     them (and, with ``breakdown``, per trace)."""
     profile = report.profile
@@ -499,7 +499,7 @@ def assemble(
         "environment": environment(
             spark,
             shuffle_partitions=spark.conf.get("spark.sql.shuffle.partitions"),
-            parallel_traces=runner.PARALLEL_TRACES,
+            parallel_traces=execution.PARALLEL_TRACES,
         ),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "peer_sql": {k: " ".join(v.split()) for k, v in PEER_SQL.items()},

@@ -19,9 +19,9 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
+from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
-from dd_etl.runtime.runner import upstream
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,7 @@ from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.config import LoadedConfig
 from dd_etl.pipeline.verify import verify
 from dd_etl.plan import nodes as n
-from dd_etl.runtime.runner import epoch_of
+from dd_etl.runtime.epochs import epoch_of
 from dd_etl.trace.audit import audit
 from dd_etl.trace.errors import TraceNotFound
 

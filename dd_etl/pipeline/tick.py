@@ -35,7 +35,7 @@ from dd_etl.pipeline.ticks import TickRecord, last_tick, record_profile, record_
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
-from dd_etl.runtime.runner import epoch_of
+from dd_etl.runtime.epochs import epoch_of
 from dd_etl.sources.base import Capture, encode_position, read_position
 
 

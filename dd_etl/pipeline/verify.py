@@ -16,8 +16,8 @@ from pyspark.sql.types import DoubleType, FloatType
 
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.plan.dataflow import PlanError
+from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.recompute import recompute
-from dd_etl.runtime.runner import epoch_of
 from dd_etl.sources.base import read_position
 from dd_etl.trace.columns import DIFF
 

@@ -1,5 +1,6 @@
 """Runs dataflows: brings every view up to date for the pending epochs."""
 
-from dd_etl.runtime.runner import RunReport, Runtime
+from dd_etl.runtime.execution import RunReport
+from dd_etl.runtime.runner import Runtime
 
 __all__ = ["RunReport", "Runtime"]

@@ -1,0 +1,61 @@
+"""The plan graph as pure functions over plan nodes: what a node reads, in which
+order traces are computed, and what a trace is keyed by. No Spark, no storage."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from dd_etl.plan import nodes as n
+
+
+def upstream(roots: Sequence[n.Node], recomputed: Collection[str] = ()) -> list[n.Node]:
+    """``roots`` and every node they read, each once, inputs before their users.
+    Under a view in ``recomputed`` only sources and views count."""
+    seen: dict[str, n.Node] = {}
+    passed: set[str] = set()  # under a recomputed view only
+
+    def visit(node: n.Node, kept: bool) -> None:
+        kept = kept or isinstance(node, n.Source | n.View)
+        if node.id in seen or (not kept and node.id in passed):
+            return
+        inside = kept and not (isinstance(node, n.View) and node.name in recomputed)
+        for i in node.inputs:
+            visit(i, inside)
+        if kept:
+            seen[node.id] = node
+        else:
+            passed.add(node.id)
+
+    for root in roots:
+        visit(root, True)
+    return list(seen.values())
+
+
+def layers(nodes: Sequence[n.Node]) -> list[list[n.Node]]:
+    """``nodes`` (those keeping traces, inputs before users) grouped by how many
+    traces lie between them and the sources: a layer depends only on earlier ones."""
+    depth: dict[str, int] = {}
+
+    def depth_of(node: n.Node) -> int:
+        if node.id not in depth:
+            below = max((depth_of(i) for i in node.inputs), default=0)
+            depth[node.id] = below + (1 if node.inputs and node.trace_name else 0)
+        return depth[node.id]
+
+    grouped: dict[int, list[n.Node]] = {}
+    for node in nodes:
+        grouped.setdefault(depth_of(node), []).append(node)
+    return [grouped[d] for d in sorted(grouped)]
+
+
+def trace_key(node: n.Node) -> tuple[str, ...]:
+    """The columns a node's trace is keyed (hashed, sorted, looked up) by."""
+    if isinstance(node, n.Source | n.Arrange | n.Reduce | n.Accumulate):
+        return node.key
+    return tuple(node.columns)
+
+
+def keyed_by(node: n.Node, key: Sequence[str]) -> bool:
+    """Whether ``node`` keeps a trace keyed by exactly ``key``: its changes' key
+    hashes are then those of ``key``, in that order."""
+    return node.trace_name is not None and trace_key(node) == tuple(key)

@@ -1,0 +1,349 @@
+"""One run of a dataflow, from top to bottom.
+
+``execute`` is what ``Runtime.run`` does:
+
+1. refuse views whose definition changed; choose how each view that is behind
+   is refreshed (incrementally, or recomputed in full);
+2. find the pending interval ``[lower, upper)``: ``upper`` the meet of the
+   sources' uppers, ``lower`` the least upper of the traces to maintain;
+3. size the interval from the trace logs (no Spark job): a small one runs each
+   trace's plan as one Spark job and looks up history in the driver;
+4. bring the traces up to date layer by layer, the traces of a layer side by
+   side (``Interval``); each appends its batch for ``[its upper, upper)`` with
+   compare-and-append, then reads the interval back from the committed files;
+5. move the runtime's holds on every trace to ``upper - 1``.
+
+Every node that keeps a trace appends its changes before anything downstream
+reads them, so downstream operators consume committed data and nothing is
+computed twice. A crash anywhere leaves each trace either before or after its
+append; the next run starts from the least upper and recomputes only what is
+missing (the changes are a deterministic function of the inputs before
+``upper``, DESIGN invariant 5), and appends that were already committed are
+no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dd_etl.lattice import Antichain
+from dd_etl.operators.accumulate import delta_accumulate
+from dd_etl.operators.delta_query import delta_query
+from dd_etl.operators.join import delta_join
+from dd_etl.operators.reduce import delta_reduce
+from dd_etl.plan import nodes as n
+from dd_etl.plan.dataflow import PlanError
+from dd_etl.plan.graph import keyed_by
+from dd_etl.plan.refresh import RefreshChoice
+from dd_etl.profiling import Profiler, RunProfile
+from dd_etl.runtime.epochs import epoch_of
+from dd_etl.runtime.full_refresh import full_changes
+from dd_etl.runtime.iteration import LoopRun, Round
+from dd_etl.runtime.linear_rules import apply_linear
+from dd_etl.runtime.reducers import reducer_for
+from dd_etl.runtime.sizing import for_records
+from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.delta_trace import DeltaTrace
+
+if TYPE_CHECKING:
+    from dd_etl.runtime.runner import Runtime
+
+PARALLEL_TRACES = 4
+"""Traces written concurrently within one layer of the dataflow."""
+
+
+@dataclass
+class RunReport:
+    """What a run computed: its interval, per view the change records it wrote,
+    per loop iteration the updates processed, how views were refreshed, its cost."""
+
+    lower: int
+    upper: int
+    views: dict[str, int] = field(default_factory=dict)  # change records this run wrote per view
+    rounds: list[Round] = field(default_factory=list)  # what each loop iteration processed
+    refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views with pending epochs
+    profile: RunProfile | None = None  # jobs, stages and seconds, per trace and phase
+
+    @property
+    def epochs(self) -> int:
+        return max(0, self.upper - self.lower)
+
+
+def execute(
+    rt: Runtime,
+    on_trace: Callable[[n.Node], None] | None = None,
+    views: Sequence[str] | None = None,
+    refresh: Mapping[str, RefreshChoice] | None = None,
+) -> RunReport:
+    """Bring ``views`` (default: all) of ``rt`` up to date, profiled as part of the
+    caller's profile when one is active (a pipeline tick, which adds its sinks)."""
+    profiler = Profiler.current() or Profiler(rt.spark)
+    with profiler.active():
+        report = _execute(rt, profiler, on_trace, views, refresh)
+    report.profile = profiler.result()
+    return report
+
+
+def _execute(
+    rt: Runtime,
+    profiler: Profiler,
+    on_trace: Callable[[n.Node], None] | None,
+    views: Sequence[str] | None,
+    refresh: Mapping[str, RefreshChoice] | None,
+) -> RunReport:
+    # 1. what to compute, and how
+    rt.check_plans()
+    chosen = list(rt.flow.views) if views is None else [rt.view(v).name for v in views]
+    refresh = dict(rt.choose_refresh(chosen) if refresh is None else refresh)
+    full = {v for v, c in refresh.items() if c.mode == "full"}
+    # Up-to-date views need none of their state: leave alone what a recompute dropped.
+    unmaintained = full | {v for v in chosen if v not in refresh and not rt.behind(v)}
+    # 2. the pending interval
+    lower, upper = rt.pending(chosen, unmaintained)
+    report = RunReport(lower, upper, refresh=refresh)
+    if lower >= upper:
+        return report
+    rt.discard_unmaintained(full)
+    # 3. its size, from the trace logs
+    sizing = for_records(records_read(rt, chosen, unmaintained, full, lower))
+    profiler.sizing = sizing.name
+    interval = Interval(rt, lower, upper, full, sizing.driver_lookups)
+    with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
+        # 4. layer by layer. Traces of one depth depend only on shallower ones: write
+        # them side by side, so Spark overlaps their small jobs.
+        def bring(node: n.Node) -> None:
+            with profiler.trace(_label(node)):
+                interval.delta(node)
+            if on_trace is not None:
+                on_trace(node)
+
+        def release(node: n.Node) -> None:
+            with profiler.trace(_label(node)):
+                rt.release(node, upper)
+
+        for layer in rt.layers(chosen, unmaintained):
+            list(pool.map(bring, layer))
+        # 5. holds released: history before upper - 1 may be compacted
+        list(pool.map(release, rt.stateful_nodes(chosen, unmaintained)))
+    report.views = {v: interval.written.get(rt.flow.views[v].id, 0) for v in chosen}
+    report.rounds = interval.rounds
+    return report
+
+
+def records_read(
+    rt: Runtime,
+    views: Sequence[str],
+    unmaintained: Collection[str],
+    full: Collection[str],
+    lower: int,
+) -> int:
+    """Source records a run from ``lower`` takes in, plus all records of the
+    sources a recomputed view reads, as the trace logs count them (no Spark job)."""
+    start = Antichain.from_epoch(lower)
+    nodes = rt.stateful_nodes(views, unmaintained)
+    records = sum(rt.trace(x).state.records_from(start) for x in nodes if isinstance(x, n.Source))
+    for view in full:
+        for source in (x for x in rt.upstream_of(view) if isinstance(x, n.Source)):
+            records += rt.trace(source).state.records
+    return records
+
+
+def _label(node: n.Node) -> str:
+    return node.trace_name or node.id
+
+
+class Interval:
+    """The changes of every node for one run's interval ``[lower, upper)``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        lower: int,
+        upper: int,
+        recomputed: Collection[str] = (),
+        driver_lookups: bool = False,
+    ) -> None:
+        self.rt = runtime
+        self.lower = lower
+        self.upper = upper
+        self.recomputed = recomputed
+        self.driver_lookups = driver_lookups
+        self._deltas: dict[str, DataFrame] = {}
+        self._touched: dict[str, list[int]] = {}
+        self._unchanged: dict[str, bool] = {}
+        self.written: dict[str, int] = {}  # records appended per node by this run
+        self.rounds: list[Round] = []
+
+    def delta(self, node: n.Node) -> DataFrame:
+        if node.id not in self._deltas:
+            self._deltas[node.id] = self._compute(node)
+        return self._deltas[node.id]
+
+    def _from_trace(self, node: n.Node, compute: Callable[[], DataFrame] | None) -> DataFrame:
+        trace = self.rt.trace(node)
+        start = epoch_of(trace.state.upper)  # fresh: pending() reloaded every trace
+        if compute is not None and start < self.upper:
+            lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
+            if self._unchanged_inputs(node):
+                # nothing in, nothing out: an empty batch, committed without a Spark job
+                appended = trace.compare_and_append(
+                    self.rt.flow.empty_updates(node.schema), lower, upper, at_most=0
+                )
+            else:
+                changes = compute().where(F.col(TIME) >= start)
+                appended = trace.compare_and_append(changes, lower, upper)
+            if appended:
+                # the new batch, unless back-pressure already merged it away
+                self.written[node.id] = sum(
+                    b.records
+                    for b in trace.state.batches
+                    if b.description.lower == lower and b.description.upper == upper
+                )
+        # only files that can hold the interval's times: the batches this run appended
+        df = trace.updates(at=(self.upper - 1,), since=(self.lower,))
+        df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
+        return df.select(*node.columns, TIME, DIFF)
+
+    def _unchanged_inputs(self, node: n.Node) -> bool:
+        """Whether ``node``'s output surely has no changes in the interval because its
+        inputs have none: true of arrangements, reductions, accumulations and
+        incrementally kept views (a loop or a recomputed view is always computed)."""
+        if isinstance(node, n.View) and node.name in self.recomputed:
+            return False
+        kinds = n.Arrange | n.View | n.Reduce | n.Accumulate
+        return isinstance(node, kinds) and all(self.unchanged(i) for i in node.inputs)
+
+    def unchanged(self, node: n.Node) -> bool:
+        """Whether ``node`` surely has no changes in ``[lower, upper)``, as the trace
+        logs tell (no Spark job): a trace with no records in the interval's batches,
+        or an operator whose inputs all have none."""
+        if node.id not in self._unchanged:
+            if node.trace_name is not None:
+                self.delta(node)  # computed and appended first, as a user would see it
+                state = self.rt.trace(node).state
+                self._unchanged[node.id] = state.records_from(Antichain.from_epoch(self.lower)) == 0
+            elif isinstance(node, n.Constant):
+                self._unchanged[node.id] = self.lower > 0
+            else:
+                self._unchanged[node.id] = all(self.unchanged(i) for i in node.inputs)
+        return self._unchanged[node.id]
+
+    def history(
+        self, node: n.Node, before: int | None = None, probe: n.Node | None = None
+    ) -> Callable[[DataFrame], DataFrame]:
+        """The node's trace accumulated before epoch ``before`` (default: the run's
+        lower), for keys that (when ``probe`` is given) are among those ``probe``'s
+        changes in the interval touch, in the same key columns, in order."""
+        at = (self.lower if before is None else before) - 1
+
+        def read(keys: DataFrame) -> DataFrame:
+            if at < 0:
+                return self.rt.flow.empty_updates(node.schema).drop(TIME)
+            trace = self.rt.trace(node)
+            return trace.read_at((at,), keys=keys, key_hashes=self._touched_hashes(probe, trace))
+
+        return read
+
+    def _touched_hashes(self, probe: n.Node | None, target: DeltaTrace) -> list[int] | None:
+        """The key hashes ``probe``'s changes in the interval touch, as ``target``
+        hashes keys (None if unknown): read from the batch ``probe`` appended, so a
+        lookup reads only those keys' rows and costs no job to find them."""
+        if not self.driver_lookups or probe is None or probe.trace_name is None:
+            return None
+        source = self.rt.trace(probe)
+        if source.key_types != target.key_types:
+            return None  # equal keys of other types hash differently
+        if probe.id not in self._touched:
+            self.delta(probe)  # appended first
+            self._touched[probe.id] = source.key_hashes_since((self.lower,))
+        return self._touched[probe.id]
+
+    def _compute(self, node: n.Node) -> DataFrame:
+        ins = node.inputs
+        if isinstance(node, n.Source):
+            return self._from_trace(node, None)
+        if isinstance(node, n.Constant):
+            if self.lower > 0:
+                return self.rt.flow.empty_updates(node.schema)
+            return self.rt.flow.constant_updates(node)
+        done = apply_linear(node, self.delta)
+        if done is not None:
+            return done
+        if isinstance(node, n.View) and node.name in self.recomputed:
+            start = epoch_of(self.rt.trace(node).state.upper)
+            return self._from_trace(node, lambda: full_changes(self.rt, node, start, self.upper))
+        if isinstance(node, n.Arrange | n.View):
+            return self._from_trace(node, lambda: self.delta(ins[0]))
+        if isinstance(node, n.Join):
+            left, right = ins
+            probes = keyed_by(left, node.left_key) and keyed_by(right, node.right_key)
+            return delta_join(
+                self.delta(left),
+                self.delta(right),
+                self.history(left, probe=right if probes else None),
+                self.history(right, probe=left if probes else None),
+                node.left_key,
+                node.right_key,
+                left.columns,
+                node.right_columns,
+                self.lower - 1,
+                node.null_safe,
+            )
+        if isinstance(node, n.DeltaQuery):
+            arranged = dict(zip(node.lookups, ins, strict=True))
+            relations = range(len(node.orders))
+            first = [next(a for lk, a in arranged.items() if lk.relation == r) for r in relations]
+            return delta_query(
+                [self.delta(a) for a in first],
+                lambda lk: self.history(arranged[lk]),
+                node.orders,
+                node.columns,
+                self.lower - 1,
+            )
+        if isinstance(node, n.Accumulate):
+            # Continue from the sums the trace holds, not from the run's lower: adding
+            # earlier epochs again, in another order, can change a float sum's last
+            # bits, and the retraction of the stored row would then not match it.
+            start = epoch_of(self.rt.trace(node).state.upper)
+            return self._from_trace(
+                node,
+                lambda: delta_accumulate(
+                    self.delta(ins[0]).where(F.col(TIME) >= start),
+                    self.history(node, start),
+                    node.key,
+                    node.values,
+                ),
+            )
+        if isinstance(node, n.Reduce):
+            reducer = reducer_for(node)
+            probe = ins[0] if keyed_by(ins[0], node.key) else None
+            return self._from_trace(
+                node,
+                lambda: delta_reduce(
+                    self.delta(ins[0]),
+                    self.history(ins[0], probe=probe),
+                    self.history(node, probe=probe),
+                    node.key,
+                    node.columns,
+                    reducer,
+                    self.lower - 1,
+                ),
+            )
+        if isinstance(node, n.Iterate):
+            return self._from_trace(node, lambda: self._iterate(node))
+        raise PlanError(f"no runtime rule for operator {type(node).__name__}")
+
+    def _iterate(self, loop: n.Iterate) -> DataFrame:
+        start = epoch_of(self.rt.trace(loop).state.upper)
+        views = [v for v in self.rt.flow.views if loop.id in {x.id for x in self.rt.upstream_of(v)}]
+        run = LoopRun(self.rt, loop, self.delta, views)
+        try:
+            return run.run(start, self.upper)
+        finally:
+            self.rounds.extend(run.rounds)
