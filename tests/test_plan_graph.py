@@ -1,0 +1,48 @@
+"""The plan graph's pure functions, on hand-built nodes: no Spark session."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import LongType, StructField, StructType
+
+from dd_etl.plan import nodes as n
+from dd_etl.plan.graph import keyed_by, layers, trace_key, upstream
+
+SCHEMA = StructType([StructField("k", LongType()), StructField("v", LongType())])
+
+
+def graph() -> dict[str, n.Node]:
+    """A source, its arrangement by ``k``, a reduction of it, a filter (no trace)
+    over the source, and two views: one of the reduction, one of the filter."""
+    src = n.Source("s", (), SCHEMA, name="t", key=("k",))
+    arr = n.Arrange("a", (src,), SCHEMA, key=("k",))
+    red = n.Reduce("r", (arr,), SCHEMA, key=("k",), kind="min", column="v")
+    flt = n.Filter("f", (src,), SCHEMA, predicate="v > 0")
+    v1 = n.View("v1", (red,), SCHEMA, name="mins")
+    v2 = n.View("v2", (flt,), SCHEMA, name="positive")
+    return {x.id: x for x in (src, arr, red, flt, v1, v2)}
+
+
+def test_upstream_lists_every_node_once_inputs_first() -> None:
+    g = graph()
+    order = [x.id for x in upstream([g["v1"], g["v2"]])]
+    assert sorted(order) == sorted(g)
+    assert all(order.index(i.id) < order.index(x) for x in order for i in g[x].inputs)
+
+
+def test_under_a_recomputed_view_only_sources_and_views_count() -> None:
+    g = graph()
+    assert [x.id for x in upstream([g["v1"]], recomputed=["mins"])] == ["s", "v1"]
+
+
+def test_layers_put_each_trace_after_the_traces_it_reads() -> None:
+    g = graph()
+    kept = [x for x in upstream([g["v1"], g["v2"]]) if x.trace_name is not None]
+    assert [[x.id for x in layer] for layer in layers(kept)] == [["s"], ["a", "v2"], ["r"], ["v1"]]
+
+
+def test_trace_keys() -> None:
+    g = graph()
+    assert trace_key(g["r"]) == ("k",)
+    assert trace_key(g["v1"]) == ("k", "v")  # a view is keyed by all its columns
+    assert keyed_by(g["a"], ["k"]) and not keyed_by(g["a"], ["v"])
+    assert not keyed_by(g["f"], ["k", "v"])  # keeps no trace
