@@ -57,3 +57,7 @@ class NeedsRebuild(PipelineError):
     """A view's definition changed since its results were computed."""
 
     exit_code = 4
+
+
+class PlanError(ValueError):
+    """A dataflow that cannot be built: names the operator and what is wrong."""

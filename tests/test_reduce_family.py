@@ -69,3 +69,28 @@ def test_top_k_threshold_and_python_reduce(spark: SparkSession, tmp_path: Path) 
         for view in ("top2", "dups", "spread"):
             got = Counter(tuple(r) for r in rt.read(view, epoch).collect())
             assert got == want[view], (view, epoch)
+
+
+SCALED = StructType([StructField("g", LongType()), StructField("top", LongType())])
+
+
+def largest_times(factor: int) -> Any:
+    def largest(rows: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"g": [rows["g"].iloc[0]], "top": [int(rows["x"].max()) * factor]})
+
+    return largest
+
+
+def test_python_reductions_differing_only_in_captured_values_keep_their_own_traces(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    flow = Dataflow(spark, tmp_path)
+    rows = flow.source("rows", ROWS, key=["g"])
+    flow.view("once", rows.reduce(["g"], largest_times(1), SCALED))
+    flow.view("tenfold", rows.reduce(["g"], largest_times(10), SCALED))
+    assert flow.views["once"].inputs[0].id != flow.views["tenfold"].inputs[0].id
+    rt = Runtime(flow)
+    rt.append_source("rows", spark.createDataFrame([(1, 4, 0), (1, 7, 0), (2, 3, 0)], ROWS), 0)
+    rt.run()
+    assert sorted(tuple(r) for r in rt.read("once").collect()) == [(1, 7), (2, 3)]
+    assert sorted(tuple(r) for r in rt.read("tenfold").collect()) == [(1, 70), (2, 30)]

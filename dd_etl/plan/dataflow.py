@@ -20,12 +20,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.errors import PlanError as PlanError
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
 from dd_etl.plan import nodes as n
-from dd_etl.plan.fingerprint import node_id
+from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate, reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
 from dd_etl.trace.columns import DIFF, TIME
@@ -37,10 +38,6 @@ JoinHow = Literal["inner", "left", "right", "full"]
 HIERARCHY_SHIFTS = (16, 8)
 """Bucket hashes are 32 bits; the levels of a MIN/MAX group by their top 16 bits,
 then their top 8 bits, then by the key alone (each entry is a further shift)."""
-
-
-class PlanError(ValueError):
-    """A dataflow that cannot be built: names the operator and what is wrong."""
 
 
 class Dataflow:
@@ -355,14 +352,15 @@ class Collection:
         kind: n.ReduceKind,
         schema: StructType,
         column: str = "",
+        identity: dict[str, Any] | None = None,
         **params: Any,
     ) -> Collection:
+        """``identity``: what stands for some ``params`` in the node id (a function's
+        fingerprint for the function)."""
         arranged = self.flow.arrangement(self.node, key)
         params.update(key=key, kind=kind, column=column)
-        node = n.Reduce(
-            node_id(kind, (arranged.id,), schema, **params), (arranged,), schema, **params
-        )
-        return Collection(self.flow, node)
+        named = node_id(kind, (arranged.id,), schema, **(params | (identity or {})))
+        return Collection(self.flow, n.Reduce(named, (arranged,), schema, **params))
 
     def top_k(
         self, key: Sequence[str], order_by: Sequence[str | tuple[str, bool]], k: int
@@ -385,14 +383,25 @@ class Collection:
         )
 
     def reduce(
-        self, key: Sequence[str], function: Callable[[Any], Any], schema: StructType
+        self,
+        key: Sequence[str],
+        function: Callable[[Any], Any],
+        schema: StructType,
+        *,
+        version: str | None = None,
     ) -> Collection:
         """A general per-key reduction in Python: ``function(rows) -> rows`` on pandas
-        DataFrames, run vectorised per key (``rows`` has ``_diff``, the multiplicity)."""
+        DataFrames, run vectorised per key (``rows`` has ``_diff``, the multiplicity).
+
+        The reduction's trace is named by what ``function`` computes: its code, the
+        values it captures and the constants it reads. Where that cannot be told
+        (it reads an object without a stable value), name it yourself with
+        ``version``, and change the version when the function changes."""
         missing = [k for k in key if k not in schema.fieldNames()]
         if missing:
             raise PlanError(f"reduce: the output schema must keep the key columns {missing}")
-        return self._reduce(tuple(key), "general", schema, function=function)
+        identity = {"function": function_id(function, version)}
+        return self._reduce(tuple(key), "general", schema, identity=identity, function=function)
 
     def distinct(self) -> Collection:
         """Each distinct row once (set semantics)."""
