@@ -8,8 +8,9 @@ the driver reads the files that can hold them, keeps the matching rows and
 gives Spark only those. Spark then plans over a local relation whose size it
 knows exactly, and an empty one prunes the plan that reads it.
 
-Reading in the driver pays while the files involved are not large; past
-``DRIVER_READ_RECORDS`` the caller scans them with Spark instead.
+Files are read one at a time and only their matching rows kept, so the
+driver holds one file plus the lookup's result; a lookup keeping more than
+``DRIVER_KEPT_RECORDS`` rows is left to a Spark scan instead.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.state import TraceState
 
-DRIVER_READ_RECORDS = 4_000_000
-"""Files of at most this many records in all are read in the driver for a lookup."""
 DRIVER_KEPT_RECORDS = 250_000
 """A lookup keeping more rows than this is left to a Spark scan."""
 
@@ -54,11 +53,9 @@ def read_matching(
     hashes: Sequence[int],
 ) -> DataFrame | None:
     """The stored rows of ``files`` whose key hash is one of ``hashes``, as a local
-    relation; None when the files are too large to read in the driver, or the
-    rows kept too many to hand over (the caller then scans with Spark)."""
+    relation; None when they are too many to hand over (the caller then scans
+    with Spark)."""
     schema = spark_files.stored_schema(state)
-    if sum(f.records for f in files) > DRIVER_READ_RECORDS:
-        return None
     wanted = pa.array(hashes, pa.int64())
     parts: list[pa.Table] = []
     kept = 0
