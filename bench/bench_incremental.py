@@ -252,7 +252,7 @@ def operator_of(runtime: Runtime) -> dict[str, str]:
         name = node.trace_name or node.id
         if isinstance(node, n.Reduce):
             kind: str = node.kind
-            if kind in ("min", "max"):
+            if kind in ("min", "max", "min_max"):
                 kind = "min/max level" if "__bucket" in node.key else "min/max top"
             kinds[name] = f"reduce {kind}"
         else:

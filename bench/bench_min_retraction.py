@@ -11,7 +11,7 @@ is maintained over a synthetic trip table with one big group (``passenger_count
 epochs change the big group: retract its current minimum fare, insert a new
 minimum, retract a row that is neither extreme. A flat MIN/MAX (one reduction
 over the group's values) has to re-read the whole group when its minimum goes;
-dd_etl's hierarchical MIN/MAX (``Collection.extreme``) reduces by hash buckets
+dd_etl's hierarchical MIN/MAX (``Collection.extremes``) reduces by hash buckets
 first, so each level re-reads at most a bucket's worth of records.
 
 Two dataflows per size compute the same view:
@@ -216,7 +216,7 @@ def level_labels(runtime: Runtime) -> dict[str, str]:
     counts: dict[str, int] = {}
     for layer in runtime.layers():
         for node in layer:
-            if isinstance(node, n.Reduce) and node.kind in ("min", "max"):
+            if isinstance(node, n.Reduce) and node.kind in ("min", "max", "min_max"):
                 counts[node.kind] = counts.get(node.kind, 0) + 1
                 bucket = "__bucket" in node.key
                 level = counts[node.kind]
@@ -238,7 +238,11 @@ def level_labels(runtime: Runtime) -> dict[str, str]:
             labels[node.id] = type(node).__name__.lower()
     # Single MIN/MAX reductions (the flat variant) are level 1 of 1.
     for node in runtime.stateful_nodes():
-        if isinstance(node, n.Reduce) and node.kind in ("min", "max") and counts[node.kind] == 1:
+        if (
+            isinstance(node, n.Reduce)
+            and node.kind in ("min", "max")
+            and counts.get(node.kind) == 1
+        ):
             labels[node.id] = f"{node.kind} flat"
     return labels
 

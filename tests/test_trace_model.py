@@ -78,6 +78,7 @@ def test_accumulation_survives_any_sequence_of_appends_merges_and_compactions(
     trace = model_trace(dims=dims, rows_per_file=data.draw(st.integers(1, 4)))
     reference: list[Update] = []
     readers: list[str] = []
+    registered = 0  # readers ever registered: a new one never reuses a live one's name
     upper_epoch = 0
     for _ in range(data.draw(st.integers(1, 12))):
         previous = trace.state
@@ -108,7 +109,8 @@ def test_accumulation_survives_any_sequence_of_appends_merges_and_compactions(
                 physical = hold.physical.join(Antichain((target,)))
                 trace.downgrade_reader(reader, logical, physical)
             else:
-                reader = f"r{len(readers)}"
+                reader = f"r{registered}"
+                registered += 1
                 trace.register_reader(reader)
                 readers.append(reader)
         elif op == "drop" and readers:

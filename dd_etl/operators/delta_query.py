@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl.operators.join import History
+from dd_etl.operators.partitions import colocated, one_partition
 from dd_etl.trace.columns import DIFF, TIME
 
 
@@ -77,10 +78,11 @@ def delta_query(
             other = before.unionByName(deltas[step.relation]) if step.relation < i else before
             partial = _extend(partial, other, step.key)
         terms.append(partial.select(*output, TIME, DIFF))
-    return functools.reduce(DataFrame.unionByName, terms)
+    return one_partition(functools.reduce(DataFrame.unionByName, terms))
 
 
 def _extend(partial: DataFrame, other: DataFrame, key: Sequence[str]) -> DataFrame:
+    partial, other = colocated(partial, other)
     p, o = partial.alias("p"), other.alias("o")
     cond = [F.col(f"p.{k}") == F.col(f"o.{k}") for k in key]
     added = [c for c in other.columns if c not in (*partial.columns, TIME, DIFF)]

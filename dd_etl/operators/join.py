@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.operators.partitions import colocated, one_partition
 from dd_etl.trace.columns import DIFF, TIME
 
 History = Callable[[DataFrame], DataFrame]
@@ -50,6 +51,7 @@ def pair(
     times: Sequence[str] = (TIME,),
 ) -> DataFrame:
     """Matching pairs, each at the join (coordinate-wise max) of its two times."""
+    left, right = colocated(left, right)
     lhs = left.alias("l")
     rhs = right.alias("r")
     pairs = zip(lk, rk, strict=True)
@@ -83,4 +85,4 @@ def delta_join(
     both = h_right.unionByName(d_right)
     first = pair(d_left, both, lk, rk, right_columns, left_columns, null_safe)
     second = pair(h_left, d_right, lk, rk, right_columns, left_columns, null_safe)
-    return first.unionByName(second)
+    return one_partition(first.unionByName(second))

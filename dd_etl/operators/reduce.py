@@ -18,10 +18,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.operators.join import History
+from dd_etl.operators.partitions import colocated
 from dd_etl.trace.columns import DIFF, TIME
 
 AT = "__at"
 NEXT = "__next"
+LOW = "__min"
+HIGH = "__max"
 
 Reducer = Callable[[DataFrame, Sequence[str]], DataFrame]
 """``f``: accumulated input (key, data, ``__at``, positive ``_diff``) to output
@@ -55,6 +58,16 @@ def extreme(kind: str, value: str) -> Reducer:
         )
 
     return reduce
+
+
+def min_max(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The least ``__min`` and the greatest ``__max`` per key: MIN and MAX carried
+    up one hierarchy of reductions together."""
+    return (
+        acc.groupBy(*key, AT)
+        .agg(F.min(LOW).alias(LOW), F.max(HIGH).alias(HIGH))
+        .withColumn(DIFF, F.lit(1).cast("long"))
+    )
 
 
 def collapse(acc: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -126,6 +139,7 @@ def null_safe_join(
     r = right.select(
         *[F.col(k).alias(f"__r_{k}") for k in key], *[c for c in right.columns if c not in key]
     )
+    left, r = colocated(left, r)
     cond = [left[k].eqNullSafe(r[f"__r_{k}"]) for k in key] or F.lit(True)  # one group: all
     joined = left.join(r, cond, how)
     return joined.drop(*[f"__r_{k}" for k in key])

@@ -2,9 +2,10 @@
 
 ``Aggregate`` says what to compute; ``build_aggregate`` lays out the dataflow:
 one accumulation for every COUNT/SUM/AVG (they share the per-group state
-``(rows, non-NULL count, sum)``), one hierarchical reduction per MIN/MAX, and a
-DISTINCT projection feeding an accumulation for each DISTINCT aggregate. The
-parts are collapsed into one row per group by a single reduction.
+``(rows, non-NULL count, sum)``), one hierarchy of reductions per expression
+under MIN or MAX (it carries both), and a DISTINCT projection feeding an
+accumulation for each DISTINCT aggregate. The parts are collapsed into one row
+per group by a single reduction.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyspark.sql.types import StructField, StructType
 
 from dd_etl.operators.accumulate import ROWS, nn, total
 from dd_etl.operators.linear import Expr, col
+from dd_etl.operators.reduce import HIGH, LOW
 
 if TYPE_CHECKING:
     from dd_etl.plan.dataflow import Collection
@@ -108,6 +110,8 @@ def _grouped(
         a = aggregates[name]
         finals[name] = F.col(ROWS) if a.expr is None else _finish(a.function, value_of[name])
     parts = [groups.select(*by, *(c.alias(n) for n, c in finals.items()))]
+    # MIN and MAX of one expression share one hierarchy, which carries both
+    extremes: dict[str, list[str]] = {}
     for name, a in aggregates.items():
         if name in finals:
             continue
@@ -115,12 +119,17 @@ def _grouped(
         if value is None:
             raise ValueError(f"aggregate {name!r}: {a.function.upper()}(DISTINCT *) is not SQL")
         if a.function in ("min", "max"):
-            part = projected.extreme(a.function, by, value)
-            parts.append(part.select(*by, F.col(value).alias(name)))
+            extremes.setdefault(str(inputs[value]), []).append(name)
         else:
             distinct = projected.select(*by, value).distinct()
             state = distinct.accumulate(by, [value])
             parts.append(state.select(*by, _finish(a.function, value).alias(name)))
+    for names in extremes.values():
+        both = projected.extremes(by, value_of[names[0]])
+        side = {"min": LOW, "max": HIGH}
+        parts.append(
+            both.select(*by, *(F.col(side[aggregates[m].function]).alias(m) for m in names))
+        )
     return _collapse(parts, by, list(aggregates)), groups
 
 

@@ -25,6 +25,7 @@ from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
+from dd_etl.operators.reduce import HIGH, LOW
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate, reads_loop_variable
@@ -421,28 +422,44 @@ class Collection:
         *,
         hierarchical: bool = True,
     ) -> Collection:
-        """MIN or MAX of ``value`` per key, ignoring NULLs, as a hierarchy of reductions.
+        """MIN or MAX of ``value`` per key, ignoring NULLs: one side of ``extremes``.
+        Groups known to stay small (a node's in-edges in a graph loop) are cheaper
+        reduced in one level: ``hierarchical=False``."""
+        key = tuple(key)
+        if hierarchical:
+            side = LOW if kind == "min" else HIGH
+            return self.extremes(key, value).select(*key, F.col(side).alias(value))
+        fields = [*[self.node.schema[k] for k in key], self.node.schema[value]]
+        present = self.filter(F.col(value).isNotNull())
+        return present.select(*key, value)._reduce(key, kind, StructType(fields), value)
+
+    def extremes(self, key: Sequence[str], value: str) -> Collection:
+        """MIN and MAX of ``value`` per key, ignoring NULLs, as columns ``__min``
+        and ``__max``, from one hierarchy of reductions that carries both.
 
         Each level reduces by ``(key, bucket)`` where the bucket is a prefix of the
         value's hash that shrinks by 8 bits per level, so no reduction ever sees
         more than a few hundred records of a group and retracting the current
-        extreme of a huge group touches a bounded number of records. Groups known
-        to stay small (a node's in-edges in a graph loop) are cheaper reduced
-        in one level: ``hierarchical=False``.
+        extreme of a huge group touches a bounded number of records. Both extremes
+        ride the same levels: a SQL ``MIN(x), MAX(x)`` costs the traces of one.
         """
         key = tuple(key)
-        fields = [*[self.node.schema[k] for k in key], self.node.schema[value]]
+        keys = [self.node.schema[k] for k in key]
+        value_type = self.node.schema[value].dataType
+        bounds = [StructField(LOW, value_type), StructField(HIGH, value_type)]
         present = self.filter(F.col(value).isNotNull())
-        if not hierarchical:
-            return present.select(*key, value)._reduce(key, kind, StructType(fields), value)
         level = present.select(
-            *key, value, __bucket=(F.xxhash64(value).bitwiseAND(0xFFFFFFFF)).cast("long")
+            *key,
+            **{LOW: F.col(value), HIGH: F.col(value)},
+            __bucket=(F.xxhash64(value).bitwiseAND(0xFFFFFFFF)).cast("long"),
         )
         for shift in HIERARCHY_SHIFTS:
-            bucketed = level.select(*key, value, __bucket=F.shiftrightunsigned("__bucket", shift))
-            schema = StructType([*fields[:-1], StructField("__bucket", LongType()), fields[-1]])
-            level = bucketed._reduce((*key, "__bucket"), kind, schema, value)
-        return level.select(*key, value)._reduce(key, kind, StructType(fields), value)
+            bucketed = level.select(
+                *key, LOW, HIGH, __bucket=F.shiftrightunsigned("__bucket", shift)
+            )
+            schema = StructType([*keys, StructField("__bucket", LongType()), *bounds])
+            level = bucketed._reduce((*key, "__bucket"), "min_max", schema)
+        return level.select(*key, LOW, HIGH)._reduce(key, "min_max", StructType([*keys, *bounds]))
 
     def accumulate(self, key: Sequence[str], values: Sequence[str]) -> Collection:
         """Running ``(rows, non-NULL count, sum)`` per key of each value column."""

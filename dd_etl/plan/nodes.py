@@ -17,7 +17,16 @@ from dd_etl.operators.delta_query import Lookup
 from dd_etl.operators.linear import Expr
 
 ReduceKind = Literal[
-    "distinct", "count", "min", "max", "top_k", "threshold", "collapse", "general", "accumulate"
+    "distinct",
+    "count",
+    "min",
+    "max",
+    "min_max",
+    "top_k",
+    "threshold",
+    "collapse",
+    "general",
+    "accumulate",
 ]
 
 

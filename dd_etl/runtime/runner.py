@@ -81,8 +81,7 @@ class Runtime:
                     trace.downgrade_reader(RETENTION_READER, physical=Antichain.empty())
                 if PLAN_META not in trace.state.meta_map:
                     trace.annotate({PLAN_META: node.plan})
-            trace.delta_storage.one_task_writes = self._sizing.one_task_writes
-            self._traces[name] = trace
+            self._traces[name] = self._sized_trace(trace)
         return self._traces[name]
 
     def loop_trace(self, loop: n.Iterate, node: n.Node) -> DeltaTrace:
@@ -97,8 +96,7 @@ class Runtime:
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
             bottom = Antichain.minimum(dims)
             trace.register_reader(RUNTIME_READER, bottom, bottom)
-            trace.delta_storage.one_task_writes = self._sizing.one_task_writes
-            self._traces[name] = trace
+            self._traces[name] = self._sized_trace(trace)
         return self._traces[name]
 
     def stateful_nodes(
@@ -179,7 +177,7 @@ class Runtime:
         def use(chosen: Sizing) -> None:
             self._sizing = chosen
             for trace in self._traces.values():
-                trace.delta_storage.one_task_writes = chosen.one_task_writes
+                self._sized_trace(trace)
 
         use(sizing)
         try:
@@ -187,6 +185,11 @@ class Runtime:
                 yield
         finally:
             use(LARGE)
+
+    def _sized_trace(self, trace: DeltaTrace) -> DeltaTrace:
+        trace.delta_storage.one_task_writes = self._sizing.one_task_writes
+        trace.local_reads = self._sizing.local_reads
+        return trace
 
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:
         """How each of ``views`` with epochs pending is brought up to date (logged)."""

@@ -10,7 +10,9 @@ with adaptive execution off, no automatic broadcasts, one shuffle partition and
 no code generation, so each trace's plan is one job, and its batch is written by
 one task without being counted first. Its history lookups read only the rows of
 the keys the change touched, in the driver (``trace/arrow_files.py``), rather
-than have Spark scan whole files. A large interval (an initial load, a
+than have Spark scan whole files; the batches it appended are read back in the
+driver too, and every read is one partition, so the job is one stage: no
+exchange, no file listing or scan set-up per read. A large interval (an initial load, a
 backfill, a large change) keeps the session's own settings, which are the right
 ones there.
 
@@ -38,6 +40,9 @@ class Sizing:
     """Appended batches written by one sorted task, not counted first."""
     driver_lookups: bool = False
     """History lookups read the touched keys' rows in the driver."""
+    local_reads: bool = False
+    """Trace reads of few records made in the driver, every read in one partition
+    (``DeltaTrace.local_reads``): each trace's plan runs as one stage."""
 
 
 SMALL = Sizing(
@@ -48,9 +53,13 @@ SMALL = Sizing(
         "spark.sql.shuffle.partitions": "1",
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        # one-partition inputs stay one partition through joins, whatever size
+        # Spark's estimates (which multiply across joins) give them
+        "spark.sql.maxSinglePartitionBytes": str(2**63 - 1),
     },
     one_task_writes=True,
     driver_lookups=True,
+    local_reads=True,
 )
 LARGE = Sizing("large")
 

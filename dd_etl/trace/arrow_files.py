@@ -1,4 +1,4 @@
-"""Key lookups read in the driver with pyarrow, handed to Spark as local relations.
+"""Small reads made in the driver with pyarrow, handed to Spark as local relations.
 
 A small change touches few keys, but a Spark scan of a trace reads whole files:
 history lookups would cost what the data costs, not what the change costs.
@@ -8,8 +8,10 @@ the driver reads the files that can hold them, keeps the matching rows and
 gives Spark only those. Spark then plans over a local relation whose size it
 knows exactly, and an empty one prunes the plan that reads it.
 
-Files are read one at a time and only their matching rows kept, so the
-driver holds one file plus the lookup's result; a lookup keeping more than
+The batches a small interval appended are read back the same way, whole: a
+plan whose inputs are all local relations needs no file listing and no scan
+set-up per read. Files are read one at a time and only their matching rows
+kept, so the driver holds one file plus the result; a read keeping more than
 ``DRIVER_KEPT_RECORDS`` rows is left to a Spark scan instead.
 """
 
@@ -30,7 +32,7 @@ from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.state import TraceState
 
 DRIVER_KEPT_RECORDS = 250_000
-"""A lookup keeping more rows than this is left to a Spark scan."""
+"""A driver read keeping more rows than this is left to a Spark scan."""
 
 
 def key_hashes(root: str, files: Sequence[DataFile], since: Time) -> list[int]:
@@ -45,27 +47,30 @@ def key_hashes(root: str, files: Sequence[DataFile], since: Time) -> list[int]:
     return sorted(hashes)
 
 
-def read_matching(
+def read_rows(
     spark: SparkSession,
     root: str,
     state: TraceState,
     files: Sequence[DataFile],
-    hashes: Sequence[int],
+    hashes: Sequence[int] | None = None,
 ) -> DataFrame | None:
-    """The stored rows of ``files`` whose key hash is one of ``hashes``, as a local
-    relation; None when they are too many to hand over (the caller then scans
-    with Spark)."""
+    """The stored rows of ``files`` (only those whose key hash is one of ``hashes``,
+    when given) as a local relation; None when they are too many to hand over
+    (the caller then scans with Spark)."""
+    if hashes is None and sum(f.records for f in files) > DRIVER_KEPT_RECORDS:
+        return None
     schema = spark_files.stored_schema(state)
-    wanted = pa.array(hashes, pa.int64())
+    wanted = None if hashes is None else pa.array(hashes, pa.int64())
     parts: list[pa.Table] = []
     kept = 0
     for file in files:
         table = pq.read_table(Path(root) / file.path, columns=schema.fieldNames())
-        matching = table.filter(pc.is_in(table.column(KEY_HASH), value_set=wanted))
-        kept += matching.num_rows
+        if wanted is not None:
+            table = table.filter(pc.is_in(table.column(KEY_HASH), value_set=wanted))
+        kept += table.num_rows
         if kept > DRIVER_KEPT_RECORDS:
             return None
-        parts.append(matching.select(schema.fieldNames()))
+        parts.append(table.select(schema.fieldNames()))
     if not parts:
         return spark.createDataFrame([], schema)
     # files written by appends and by merges may differ in which columns they

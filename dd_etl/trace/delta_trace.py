@@ -129,6 +129,11 @@ class DeltaTrace(Trace[DataFrame]):
         self.spark = spark
         self.uri = uri
         self.delta_storage = DeltaStorage(spark, uri, rows_per_file)
+        self.local_reads = False
+        """Reads of few records made in the driver (``arrow_files``), and every read
+        in one partition. Right for small intervals: one partition satisfies every
+        distribution Spark's operators require, so a plan over such reads runs
+        without an exchange, as one stage; large intervals read with Spark."""
         super().__init__(self.delta_storage)
 
     @classmethod
@@ -174,18 +179,34 @@ class DeltaTrace(Trace[DataFrame]):
         if since is not None:
             files = [f for f in files if _may_hold_times_from(f, since, self.state.dims)]
         if keys is None or not self.state.key:
-            return spark_files.read_files(self.spark, self.uri, self.state, files)
-        df: DataFrame | None = None
+            return self._read(files)
         if key_hashes is not None:
             files = [f for f in files if _holds_any(f, key_hashes)]
-            with phase(LOOKUPS):
-                df = arrow_files.read_matching(self.spark, self.uri, self.state, files, key_hashes)
         else:
             files = self._files_for_keys(files, keys)
+        df = self._read(files, key_hashes)
+        # An inner join with the distinct keys, not a semi join: Spark moves a semi
+        # join below the one-partition coalesce of a local read, and then shuffles.
+        probe = [f"__probe_{i}" for i in range(len(self.state.key))]
+        wanted = keys.select(
+            *[F.col(k).alias(p) for k, p in zip(self.state.key, probe, strict=True)]
+        ).distinct()
+        if self.local_reads:
+            wanted = wanted.coalesce(1)
+        cond = [df[k].eqNullSafe(wanted[p]) for k, p in zip(self.state.key, probe, strict=True)]
+        return df.join(wanted, cond, "inner").select(*df.columns)
+
+    def _read(
+        self, files: Sequence[DataFile], key_hashes: Sequence[int] | None = None
+    ) -> DataFrame:
+        """The rows of ``files`` (of ``key_hashes`` only, if given, read in the driver)."""
+        df: DataFrame | None = None
+        if key_hashes is not None or self.local_reads:
+            with phase(LOOKUPS):
+                df = arrow_files.read_rows(self.spark, self.uri, self.state, files, key_hashes)
         if df is None:
             df = spark_files.read_files(self.spark, self.uri, self.state, files)
-        cond = [df[k].eqNullSafe(keys[k]) for k in self.state.key]
-        return df.join(keys.select(*self.state.key).distinct(), cond, "left_semi")
+        return df.coalesce(1) if self.local_reads else df
 
     def read_at(
         self,
