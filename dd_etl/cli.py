@@ -12,6 +12,7 @@ chatter go to standard error, so ``dd-etl read … --format csv`` can be piped.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -32,9 +33,16 @@ DEBUG = {"on": False}
 
 @app.callback()
 def main(
-    debug: Annotated[bool, typer.Option("--debug", help="Show the stack trace of errors.")] = False,
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="Show the stack trace of errors and Spark's own log lines."),
+    ] = False,
 ) -> None:
     DEBUG["on"] = debug
+    if debug:
+        from dd_etl.spark import SPARK_LOGS_ENV
+
+        os.environ[SPARK_LOGS_ENV] = "1"
 
 
 T = TypeVar("T")
