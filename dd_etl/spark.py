@@ -3,13 +3,16 @@
 Spark's JVM writes its own lines to standard error from the moment it starts (the
 log4j banner, "Setting default log level", warnings about native libraries and
 loopback addresses, the JVM's note on incubator modules), before any log level can
-be set. They say nothing to a user of dd_etl and bury its messages, so the JVM is
-started with its standard error kept aside, unless ``DD_ETL_SPARK_LOGS`` is set
+be set; and PySpark logs every SQL error it raises, as JSON with the JVM's stack
+trace, before dd_etl even sees the error. They say nothing to a user of dd_etl and
+bury its messages, so the JVM is started with its standard error kept aside and
+PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
 (``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -33,6 +36,8 @@ DEFAULT_CONF: dict[str, str] = {
 }
 SPARK_LOGS_ENV = "DD_ETL_SPARK_LOGS"
 """Set (to anything but empty) to let Spark's own output reach standard error."""
+ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+"""PySpark's loggers of the errors it raises (``PySparkException._log_exception``)."""
 
 
 def session(
@@ -46,7 +51,10 @@ def session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     options = {**DEFAULT_CONF, **(conf or {})}
     master = master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
-    if not os.environ.get(SPARK_LOGS_ENV) and _starts_jvm():
+    quiet = not os.environ.get(SPARK_LOGS_ENV)
+    if quiet:
+        _silence_error_loggers()
+    if quiet and _starts_jvm():
         _start_quietly(app_name, master, options)
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in options.items():
@@ -60,6 +68,15 @@ def _starts_jvm() -> bool:
     """Whether creating a session now launches Spark's JVM: no context runs, no JVM
     is left from a stopped one, and PySpark was not started by ``spark-submit``."""
     return SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
+def _silence_error_loggers() -> None:
+    """The error still reaches dd_etl, which renders it once. The loggers must be
+    PySpark's own class: it passes them keywords a plain ``Logger`` refuses."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ERROR_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _start_quietly(app_name: str, master: str, options: Mapping[str, str]) -> None:

@@ -1,6 +1,7 @@
 """A ``dd-etl`` command that starts Spark prints dd_etl's output only: the JVM's
 own lines (log4j banner, default log level, native-library and loopback
-warnings) reach standard error only under ``--debug``."""
+warnings), and PySpark's log of each SQL error it raises, reach standard error
+only under ``--debug``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -17,7 +20,6 @@ from dd_etl.spark import SPARK_LOGS_ENV
 from dd_etl.trace import delta_log, spark_files
 from dd_etl.trace.state import TraceState
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_LINES = ("log4j", "Setting default log level", "WARN", "WARNING")
 
@@ -34,6 +36,7 @@ def dd_etl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_spark_start_up_lines_show_only_under_debug(tmp_path: Path) -> None:
     state = TraceState.new("t", 1, ("k",), StructType([StructField("k", LongType())]).json())
     trace = str(tmp_path / "t")
@@ -47,3 +50,15 @@ def test_spark_start_up_lines_show_only_under_debug(tmp_path: Path) -> None:
     debug = dd_etl("--debug", "trace", "compact", trace)
     assert debug.returncode == 0, debug.stderr
     assert any(line in debug.stderr for line in SPARK_LINES), debug.stderr
+
+
+@pytest.mark.spark
+def test_pyspark_does_not_log_the_errors_it_raises(
+    spark: SparkSession, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """dd_etl renders the error itself (e.g. a source's malformed value), once."""
+    capfd.readouterr()
+    bad = spark.createDataFrame([("thirty",)], "amount string")
+    with pytest.raises(PySparkException, match="CAST_INVALID_INPUT"):
+        bad.select(bad.amount.cast("bigint")).collect()
+    assert capfd.readouterr().err == ""
