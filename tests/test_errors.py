@@ -101,7 +101,7 @@ def test_a_broken_trace_invariant_is_an_internal_error_with_its_evidence() -> No
     assert error.exit_code == 70
     assert not isinstance(error, TraceError)  # never blamed on the data
     assert "batches are contiguous" in error.message
-    assert "batch b2 starts at {2}" in error.message and "ends at {1}" in error.message
+    assert "batch b2 starts at {2}, the upper of batch b1 is {1}" in error.message
     assert "bug in dd_etl" in error.message
 
 

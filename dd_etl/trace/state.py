@@ -274,15 +274,14 @@ class TraceState:
     def check(self) -> None:
         """Raise ``InvariantViolation`` if the structural invariants do not hold: every
         commit checks the state it writes, ``audit`` the state it reads."""
-        frontier = self.lower
+        frontier, before = self.lower, "the trace's lower"
         for b in self.batches:
             if b.description.lower != frontier:
                 self._broken(
                     "batches are contiguous",
-                    f"batch {b.id} starts at {b.description.lower!r}, where the batch "
-                    f"before it ends at {frontier!r}",
+                    f"batch {b.id} starts at {b.description.lower!r}, {before} is {frontier!r}",
                 )
-            frontier = b.description.upper
+            frontier, before = b.description.upper, f"the upper of batch {b.id}"
         if frontier != self.upper:
             self._broken(
                 "batches cover the trace up to its upper",
