@@ -1,16 +1,69 @@
-"""Errors a user can act on: each says where the problem is and what to do.
+"""dd_etl's errors: one base class, ``DdEtlError``, that every error of dd_etl derives
+from. Each carries its exit status (``exit_code``, a class attribute: the kind of
+error, for scripts) and a one-paragraph message that says where the problem is and
+what to do.
 
-They are raised where detected and rendered once, by the CLI (or Dagster), as one
-readable paragraph; exit codes follow the kind of error. This module imports
-nothing of dd_etl, so every layer (sources, pipelines, the CLI) can raise them.
+They are raised where detected and rendered once, at the edge: the CLI prints the
+message and exits with the status, Dagster fails the run with the message. This
+module imports nothing of dd_etl, so every layer (trace, plan, sources, pipelines,
+the CLI) can raise them.
+
+Exit statuses (``dd-etl`` also exits 1 when ``verify`` finds a mismatch):
+
+- 2: the pipeline file, a view's definition or the arguments are invalid;
+- 3: a source's data or a trace cannot be read or taken in, or another tick holds
+  the pipeline: nothing was committed, run again once it is fixed;
+- 4: a ``rebuild`` is needed (a view's definition changed, a source lost history
+  the pipeline had not read);
+- 70: an internal error, a bug in dd_etl (``EX_SOFTWARE`` of ``sysexits.h``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
+
+INTERNAL_ERROR = 70
+"""Exit status of a bug in dd_etl, detected (``InvariantViolation``) or not (any
+other exception reaching the edge)."""
 
 
-class PipelineError(Exception):
+class DdEtlError(Exception):
+    """Base of every error dd_etl raises: subclasses set ``exit_code`` to their kind.
+
+    The base's own status is that of an internal error: an error no subclass
+    classified cannot be blamed on the user.
+    """
+
+    exit_code: ClassVar[int] = INTERNAL_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        """The error as one paragraph: line breaks of quoted messages are folded."""
+        return " ".join(str(self).split())
+
+
+class InvariantViolation(DdEtlError):
+    """dd_etl found one of its own invariants broken: a bug in dd_etl, never a
+    problem of the data or the pipeline file. The message states the invariant and
+    the evidence (the values that break it), so that a report can be acted on."""
+
+    exit_code = INTERNAL_ERROR
+
+    def __init__(self, invariant: str, evidence: str) -> None:
+        self.invariant = invariant
+        self.evidence = evidence
+        super().__init__(
+            f"internal error: {invariant} does not hold: {evidence}. This is a bug in "
+            "dd_etl, not a problem of the data or the pipeline; please report it with "
+            "this message."
+        )
+
+
+class PipelineError(DdEtlError):
     """Anything a user of a pipeline can act on; ``exit_code`` tells scripts the kind."""
 
     exit_code = 3
@@ -59,5 +112,7 @@ class NeedsRebuild(PipelineError):
     exit_code = 4
 
 
-class PlanError(ValueError):
+class PlanError(DdEtlError, ValueError):
     """A dataflow that cannot be built: names the operator and what is wrong."""
+
+    exit_code = 2

@@ -1,11 +1,25 @@
-"""The SparkSession dd_etl runs on: one per process, configured for Delta-compatible output."""
+"""The SparkSession dd_etl runs on: one per process, configured for Delta-compatible output.
+
+Spark's JVM writes its own lines to standard error from the moment it starts (the
+log4j banner, "Setting default log level", warnings about native libraries and
+loopback addresses, the JVM's note on incubator modules), before any log level can
+be set; and PySpark logs every SQL error it raises, as JSON with the JVM's stack
+trace, before dd_etl even sees the error. They say nothing to a user of dd_etl and
+bury its messages, so the JVM is started with its standard error kept aside and
+PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
+(``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 DEFAULT_CONF: dict[str, str] = {
@@ -20,6 +34,10 @@ DEFAULT_CONF: dict[str, str] = {
     # JVM (several round trips each): about a third of planning a run's ~1,500 calls.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
+SPARK_LOGS_ENV = "DD_ETL_SPARK_LOGS"
+"""Set (to anything but empty) to let Spark's own output reach standard error."""
+ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+"""PySpark's loggers of the errors it raises (``PySparkException._log_exception``)."""
 
 
 def session(
@@ -31,11 +49,45 @@ def session(
     # Python workers (for the few Python reductions) run this interpreter, with
     # the same packages, unless the deployment says otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
-    )
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    options = {**DEFAULT_CONF, **(conf or {})}
+    master = master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
+    quiet = not os.environ.get(SPARK_LOGS_ENV)
+    if quiet:
+        _silence_error_loggers()
+    if quiet and _starts_jvm():
+        _start_quietly(app_name, master, options)
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _starts_jvm() -> bool:
+    """Whether creating a session now launches Spark's JVM: no context runs, no JVM
+    is left from a stopped one, and PySpark was not started by ``spark-submit``."""
+    return SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
+def _silence_error_loggers() -> None:
+    """The error still reaches dd_etl, which renders it once. The loggers must be
+    PySpark's own class: it passes them keywords a plain ``Logger`` refuses."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ERROR_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _start_quietly(app_name: str, master: str, options: Mapping[str, str]) -> None:
+    """Launch the JVM with its standard error in an anonymous temporary file, and the
+    process's SparkContext on it (the session builder then takes that context)."""
+    conf = SparkConf().setAppName(app_name).setMaster(master).setAll(list(options.items()))
+    with tempfile.TemporaryFile() as jvm_stderr:
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": jvm_stderr})  # type: ignore[no-untyped-call]
+        except Exception:
+            jvm_stderr.seek(0)
+            sys.stderr.write(jvm_stderr.read().decode(errors="replace"))
+            raise
+    SparkContext(conf=conf, gateway=gateway)

@@ -18,12 +18,15 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from dd_etl.dagster import SparkResource, pipeline_definitions
+from dd_etl.dagster.assets import failures
+from dd_etl.errors import DdEtlError, InvariantViolation
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline import open_pipeline
 from dd_etl.pipeline.lock import TickRunning, tick_lock
 from dd_etl.pipeline.ticks import last_tick
 from dd_etl.pipeline.verify import compare, verify
 from dd_etl.trace.audit import frontier_problems
+from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.state import TraceState
 from tests.test_pipeline_fixtures import BY_PC_SQL, ZONES, bag, change_data, oracle, write_pipeline
 
@@ -229,3 +232,16 @@ def test_frontier_problems_name_what_went_back() -> None:
     assert frontier_problems([state, one]) == []
     (problem,) = frontier_problems([state, one, two])
     assert problem.startswith("upper went back")
+
+
+@pytest.mark.parametrize(
+    "error", [TraceNotFound("wh/views/v"), InvariantViolation("an invariant", "its evidence")]
+)
+def test_every_dd_etl_error_fails_the_run_with_its_message(error: DdEtlError) -> None:
+    with pytest.raises(dg.Failure) as info, failures():
+        raise error
+    assert info.value.description == error.message
+    metadata = {k: v.value for k, v in info.value.metadata.items()}
+    assert metadata == {"error": type(error).__name__, "exit_status": error.exit_code}
+    with pytest.raises(KeyError), failures():  # a bug keeps its stack trace
+        raise KeyError("k")

@@ -28,11 +28,10 @@ from dd_etl.dagster.checks import (
 from dd_etl.dagster.metadata import source_metadata, view_metadata
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
-from dd_etl.errors import PipelineError
+from dd_etl.errors import DdEtlError
 from dd_etl.pipeline.build import Pipeline, open_pipeline, referenced_tables, view_order
 from dd_etl.pipeline.config import LoadedConfig, load_config
 from dd_etl.pipeline.tick import Progress, run_tick
-from dd_etl.plan.dataflow import PlanError
 
 
 def asset_specs(loaded: LoadedConfig) -> list[dg.AssetSpec]:
@@ -160,9 +159,15 @@ def open_for(file: Path, spark: SparkResource) -> Pipeline:
 
 @contextmanager
 def failures() -> Iterator[None]:
-    """dd_etl's errors as Dagster failures: one readable paragraph in the UI, no
-    retry (re-running the same request fails the same way)."""
+    """dd_etl's errors as Dagster failures: the one-paragraph message in the UI, with
+    the error's kind and the exit status ``dd-etl`` would give it as metadata; no
+    retry (re-running the same request fails the same way). Other exceptions are
+    bugs: Dagster shows them with their stack trace."""
     try:
         yield
-    except (PipelineError, PlanError) as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from e
+    except DdEtlError as e:
+        raise dg.Failure(
+            description=e.message,
+            metadata={"error": type(e).__name__, "exit_status": e.exit_code},
+            allow_retries=False,
+        ) from e

@@ -26,7 +26,7 @@ from typing import Protocol
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 
-from dd_etl.errors import PipelineError, SourceError
+from dd_etl.errors import NeedsRebuild, PipelineError, SourceError
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
@@ -36,6 +36,7 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
+from dd_etl.runtime.runner import PlanChanged
 from dd_etl.sources.base import Capture, encode_position, read_position
 
 
@@ -105,7 +106,10 @@ def tick_holding_lock(
     capture under it)."""
     started = time.time()
     rt = pipeline.runtime
-    rt.check_plans()
+    try:
+        rt.check_plans()
+    except PlanChanged as e:  # the pipeline knows the command that resolves it
+        raise NeedsRebuild(f"{e}: `dd-etl rebuild {pipeline.file} {e.view}`.") from e
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed)
     profiler = Profiler(rt.spark)

@@ -44,6 +44,8 @@ PLAN_META = "plan"
 class PlanChanged(PlanError):
     """A view's trace was computed by a different definition than the current one."""
 
+    exit_code = 4  # as ``NeedsRebuild``, what a pipeline makes of it
+
     def __init__(self, view: str, built: str, current: str) -> None:
         super().__init__(
             f"view {view!r} changed since its results were computed (plan {built} then, "

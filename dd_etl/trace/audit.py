@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from dd_etl.errors import InvariantViolation
 from dd_etl.trace import delta_log
-from dd_etl.trace.errors import TraceError
 from dd_etl.trace.state import TraceState
 
 RECENT_COMMITS = 50
@@ -63,7 +63,7 @@ def audit(uri: str, commits: int = RECENT_COMMITS) -> TraceAudit:
         return report
     try:
         states[-1].check()
-    except TraceError as e:
-        report.problems.append(str(e))
+    except InvariantViolation as e:
+        report.problems.append(f"{e.invariant} does not hold: {e.evidence}")
     report.problems.extend(frontier_problems(states))
     return report

@@ -1,12 +1,21 @@
-"""Errors a trace raises where it detects them; rendered once at the edge (CLI, Dagster)."""
+"""Errors a trace raises where it detects them; rendered once at the edge (CLI, Dagster).
+
+A ``TraceError`` is about how a trace is used or what is stored: a trace that is
+not there, a reader moving back, a read of compacted times, another writer. A
+trace whose own invariants are broken (batches not contiguous, ``since`` past a
+hold) is a bug of dd_etl: ``dd_etl.errors.InvariantViolation``.
+"""
 
 from __future__ import annotations
 
+from dd_etl.errors import DdEtlError
 from dd_etl.lattice import Antichain
 
 
-class TraceError(Exception):
-    """Base class of trace errors."""
+class TraceError(DdEtlError):
+    """Base class of trace errors: the trace cannot be read or written as asked."""
+
+    exit_code = 3
 
 
 class UpperMismatch(TraceError):
@@ -41,6 +50,8 @@ class SinceViolation(TraceError):
 
 
 class UnknownReader(TraceError):
+    """A reader moved a hold without registering first."""
+
     def __init__(self, trace: str, reader: str) -> None:
         super().__init__(f"trace {trace!r}: no reader named {reader!r} is registered")
 
@@ -50,5 +61,7 @@ class CommitConflict(TraceError):
 
 
 class TraceNotFound(TraceError):
+    """No dd_etl trace at a path: nothing there, or a Delta table of another tool."""
+
     def __init__(self, uri: str) -> None:
         super().__init__(f"no dd_etl trace at {uri}")

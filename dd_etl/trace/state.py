@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
+from dd_etl.errors import InvariantViolation
 from dd_etl.lattice import Antichain, meet_all
 from dd_etl.trace.batch import Batch, DataFile
 from dd_etl.trace.description import Description
@@ -212,8 +213,13 @@ class TraceState:
     def begin_merge(self, merge_id: str, start: int, end: int) -> TraceState:
         """Start merging ``batches[start:end + 1]`` at the trace's current ``since``."""
         inputs = self.batches[start : end + 1]
-        if len(inputs) < 2 or self.busy_batches() & {b.id for b in inputs}:
-            raise TraceError(f"trace {self.name!r}: cannot merge batches {start}..{end}")
+        busy = self.busy_batches() & {b.id for b in inputs}
+        if len(inputs) < 2 or busy:
+            self._broken(
+                "a merge begins on two or more batches no other merge holds",
+                f"merge of batches {start}..{end} of {len(self.batches)}, of which "
+                f"{sorted(busy)} are being merged already",
+            )
         merge = Merge(
             merge_id, tuple(b.id for b in inputs), self.since, sum(b.records for b in inputs)
         )
@@ -232,7 +238,10 @@ class TraceState:
         """Replace a finished merge's inputs by the batch it produced."""
         merge = self.merge(merge_id)
         if not merge.complete:
-            raise TraceError(f"trace {self.name!r}: merge {merge_id!r} is not finished")
+            self._broken(
+                "a merge completes only once its work is done",
+                f"merge {merge_id!r} has its cursor at {merge.cursor} of {HASH_SPACE}",
+            )
         ids = [b.id for b in self.batches]
         start = ids.index(merge.inputs[0])
         end = start + len(merge.inputs)
@@ -263,31 +272,48 @@ class TraceState:
         return replace(state, since=self.since.join(target))
 
     def check(self) -> None:
-        """Assert the structural invariants; used by tests and by ``verify``."""
-        frontier = self.lower
+        """Raise ``InvariantViolation`` if the structural invariants do not hold: every
+        commit checks the state it writes, ``audit`` the state it reads."""
+        frontier, before = self.lower, "the trace's lower"
         for b in self.batches:
             if b.description.lower != frontier:
-                raise TraceError(
-                    f"trace {self.name!r}: batch {b.id} starts at "
-                    f"{b.description.lower!r}, expected {frontier!r}"
+                self._broken(
+                    "batches are contiguous",
+                    f"batch {b.id} starts at {b.description.lower!r}, {before} is {frontier!r}",
                 )
-            frontier = b.description.upper
+            frontier, before = b.description.upper, f"the upper of batch {b.id}"
         if frontier != self.upper:
-            raise TraceError(
-                f"trace {self.name!r}: batches end at {frontier!r}, upper is {self.upper!r}"
+            self._broken(
+                "batches cover the trace up to its upper",
+                f"the batches end at {frontier!r}, the upper is {self.upper!r}",
             )
         ids = [b.id for b in self.batches]
         seen: set[str] = set()
         for m in self.merges:
             if seen & set(m.inputs):
-                raise TraceError(f"trace {self.name!r}: batch in two merges")
+                self._broken(
+                    "a batch is the input of one merge at most",
+                    f"batches {sorted(seen & set(m.inputs))} are inputs of merge {m.id} "
+                    "and of another",
+                )
             seen |= set(m.inputs)
-            start = ids.index(m.inputs[0])
-            if tuple(ids[start : start + len(m.inputs)]) != m.inputs:
-                raise TraceError(f"trace {self.name!r}: merge {m.id} inputs not contiguous")
+            start = ids.index(m.inputs[0]) if m.inputs and m.inputs[0] in ids else -1
+            if start < 0 or tuple(ids[start : start + len(m.inputs)]) != m.inputs:
+                self._broken(
+                    "a merge's inputs are adjacent batches of the trace",
+                    f"merge {m.id} has inputs {list(m.inputs)}, the batches are {ids}",
+                )
         for reader, hold in self.holds:
             if not self.since.less_equal(hold.logical):
-                raise TraceError(f"trace {self.name!r}: since passed reader {reader}'s hold")
+                self._broken(
+                    "since never passes a reader's hold",
+                    f"since is {self.since!r}, reader {reader!r} holds {hold.logical!r}",
+                )
+
+    def _broken(self, invariant: str, evidence: str) -> NoReturn:
+        raise InvariantViolation(
+            f"trace invariant '{invariant}'", f"trace {self.name!r}: {evidence}"
+        )
 
     # ----------------------------------------------------------- serialisation
 

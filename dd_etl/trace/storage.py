@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from dd_etl.trace.batch import DataFile, batch_id_of_path
+from dd_etl.trace.errors import TraceError
 from dd_etl.trace.spine import HashRange
 from dd_etl.trace.state import Merge, TraceState
 
 U_contra = TypeVar("U_contra", contravariant=True)
 
 
-class StaleVersion(Exception):
-    """The stored trace moved past the version a commit was computed against."""
+class StaleVersion(TraceError):
+    """The stored trace moved past the version a commit was computed against: the
+    trace retries against the newer state, so only a storage used on its own sees it."""
 
 
 @dataclass(frozen=True, slots=True)

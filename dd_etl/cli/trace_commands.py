@@ -1,65 +1,21 @@
-"""``dd-etl``: the command line. Errors are rendered here, once, as one readable paragraph
-(``--debug`` shows the trace); the exit status tells scripts what went wrong:
-
-0 ok · 1 ``verify`` found a mismatch · 2 invalid pipeline file or arguments ·
-3 a source's data or a trace cannot be read · 4 needs a ``rebuild`` (history
-lost, definition changed) · 70 internal error.
-
-Pipeline commands keep standard output for results: logs, progress and Spark's
-chatter go to standard error, so ``dd-etl read … --format csv`` can be piped.
-"""
+"""``dd-etl trace …``: inspect and maintain one trace (or every trace under a root),
+without a pipeline file. Errors are raised, and rendered by the root command."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from dd_etl.trace.errors import TraceError
-
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Incremental ETL on Spark and Delta."
-)
-trace_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain one trace.")
-app.add_typer(trace_app, name="trace")
-DEBUG = {"on": False}
-
-
-@app.callback()
-def main(
-    debug: Annotated[bool, typer.Option("--debug", help="Show the stack trace of errors.")] = False,
-) -> None:
-    DEBUG["on"] = debug
-
-
-T = TypeVar("T")
-
+app = typer.Typer(no_args_is_help=True, help="Inspect and maintain one trace.")
 out = Console()
-err = Console(stderr=True)
 
 
-@app.command()
-def demo(
-    root: Annotated[Path, typer.Option(help="Where the demo writes its source and trace.")] = Path(
-        "traces/demo"
-    ),
-    epochs: Annotated[int, typer.Option(min=1)] = 6,
-) -> None:
-    """Run the demo: a change stream of taxi trips kept in a Delta trace, then verified."""
-    from dd_etl.demo import DemoConfig, run_demo
-    from dd_etl.spark import session
-
-    spark = session("dd_etl-demo")
-    if not run_demo(spark, DemoConfig(root=root, epochs=epochs), out):
-        raise typer.Exit(1)
-
-
-@trace_app.command("status")
+@app.command("status")
 def trace_status(
     path: Path,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -67,7 +23,7 @@ def trace_status(
     """Frontiers, reader holds, merges and batches of a trace, read from its Delta log."""
     from dd_etl.trace import delta_log
 
-    snapshot = _guard(lambda: delta_log.load(str(path)))
+    snapshot = delta_log.load(str(path))
     s = snapshot.state
     batches: list[dict[str, Any]] = [
         {
@@ -105,7 +61,7 @@ def trace_status(
     out.print(table)
 
 
-@trace_app.command("compact")
+@app.command("compact")
 def trace_compact(
     path: Path,
     fuel: Annotated[
@@ -116,14 +72,13 @@ def trace_compact(
     from dd_etl.spark import session
     from dd_etl.trace.delta_trace import DeltaTrace
 
-    spark = session("dd_etl-compact")
-    trace = _guard(lambda: DeltaTrace(spark, str(path)))
+    trace = DeltaTrace(session("dd_etl-compact"), str(path))
     before = len(trace.state.batches)
-    spent = _guard(lambda: trace.exert(fuel))
+    spent = trace.exert(fuel)
     out.print(f"merged {spent} records of work: {before} → {len(trace.state.batches)} batches")
 
 
-@trace_app.command("vacuum")
+@app.command("vacuum")
 def trace_vacuum(
     path: Path,
     retention_hours: Annotated[float, typer.Option(min=0)] = 24.0,
@@ -132,13 +87,12 @@ def trace_vacuum(
     from dd_etl.spark import session
     from dd_etl.trace.delta_trace import DeltaTrace
 
-    spark = session("dd_etl-vacuum")
-    trace = _guard(lambda: DeltaTrace(spark, str(path)))
-    removed = _guard(lambda: trace.vacuum(retention_hours))
+    trace = DeltaTrace(session("dd_etl-vacuum"), str(path))
+    removed = trace.vacuum(retention_hours)
     out.print(f"removed {len(removed)} files")
 
 
-@trace_app.command("maintain")
+@app.command("maintain")
 def trace_maintain(
     warehouse: Path,
     fuel: Annotated[int | None, typer.Option(help="Records of merge work per trace.")] = None,
@@ -148,8 +102,7 @@ def trace_maintain(
     from dd_etl.spark import session
     from dd_etl.trace.maintenance import maintain_warehouse
 
-    spark = session("dd_etl-maintain")
-    reports = _guard(lambda: maintain_warehouse(spark, warehouse, fuel, retention_hours))
+    reports = maintain_warehouse(session("dd_etl-maintain"), warehouse, fuel, retention_hours)
     table = Table("trace", "batches", "records", "files removed")
     for r in reports:
         table.add_row(
@@ -159,14 +112,3 @@ def trace_maintain(
             str(r.files_removed),
         )
     out.print(table)
-
-
-from dd_etl import cli_pipeline  # noqa: E402,F401  (registers the pipeline commands)
-
-
-def _guard(action: Callable[[], T]) -> T:
-    try:
-        return action()
-    except TraceError as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(2) from None

@@ -1,79 +1,36 @@
 """The pipeline commands of ``dd-etl``: run, status, read, changes, verify, compact,
-rebuild, explain. Thin: each loads the pipeline and calls ``dd_etl.pipeline``."""
+rebuild, explain, restate, ui. Thin: each loads the pipeline and calls
+``dd_etl.pipeline``; errors are raised, and rendered by the root command."""
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import decimal
 import json
 import sys
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dd_etl.cli import DEBUG, app
+from dd_etl.cli.output import orderable, out, print_rows
+from dd_etl.cli.render import err, fail
 
 if TYPE_CHECKING:
+    from dd_etl.pipeline.build import Pipeline
     from dd_etl.pipeline.tick import Progress as TickProgress
 
-T = TypeVar("T")
-# Not a terminal (a pipe, a file): wide enough that tables keep whole names.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+app = typer.Typer()
 PipelineFile = Annotated[Path, typer.Argument(help="The pipeline YAML file.")]
-INTERNAL_ERROR = 70
-CURRENT = {"file": "PIPELINE"}  # the pipeline file of this command, for error messages
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _guarded(action: Callable[[], T]) -> T:
-    """Run ``action``; render a failure as one paragraph with a meaningful exit status."""
-    from dd_etl.errors import PipelineError
-    from dd_etl.plan.dataflow import PlanError
-    from dd_etl.runtime.runner import PlanChanged
-    from dd_etl.trace.errors import TraceError
-
-    try:
-        return action()
-    except typer.Exit:
-        raise
-    except Exception as e:
-        if DEBUG["on"]:
-            traceback.print_exc(file=sys.stderr)
-        if isinstance(e, PlanChanged):
-            _fail(f"{e}: `dd-etl rebuild {CURRENT['file']} {e.view}`.", 4)
-        if isinstance(e, PipelineError):
-            _fail(str(e), e.exit_code)
-        if isinstance(e, PlanError):
-            _fail(str(e), 2)
-        if isinstance(e, TraceError):
-            _fail(str(e), 3)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        _fail(
-            f"{type(e).__name__}: {first[:500]} (an internal error; `dd-etl --debug …` "
-            "shows where)",
-            INTERNAL_ERROR,
-        )
-
-
-def _open(file: Path) -> Any:
+def _open(file: Path) -> Pipeline:
     from dd_etl.pipeline import open_pipeline
 
-    CURRENT["file"] = str(file)
-    return _guarded(lambda: open_pipeline(file))
+    return open_pipeline(file)
 
 
 @contextmanager
@@ -116,7 +73,7 @@ def run(
     p = _open(pipeline)
     for _ in range(epochs):
         with _steps() as progress:
-            report = _guarded(lambda: run_tick(p, progress))
+            report = run_tick(p, progress)
         verb = "completed interrupted" if report.resumed else "ran"
         changed = sum(report.views.values())
         err.print(
@@ -137,8 +94,8 @@ def status(
     from dd_etl.pipeline.config import load_config
     from dd_etl.pipeline.status import pipeline_status
 
-    loaded = _guarded(lambda: load_config(pipeline))
-    st = _guarded(lambda: pipeline_status(loaded))
+    loaded = load_config(pipeline)
+    st = pipeline_status(loaded)
     if as_json:
         print(json.dumps(st.to_json(), indent=2, default=str))
         return
@@ -185,16 +142,12 @@ def read(
     """The view's rows (bag semantics) at the latest or a past epoch, in the order of
     its columns; sorted, so the output is stable."""
     p = _open(pipeline)
-
-    def rows() -> tuple[list[str], list[tuple[Any, ...]]]:
-        df = p.runtime.read(view, as_of)
-        df = df.orderBy(*[c for c in df.columns if _orderable(df.schema[c].dataType)])
-        if limit is not None:
-            df = df.limit(limit)
-        return df.columns, [tuple(r) for r in df.collect()]
-
-    columns, data = _guarded(rows)
-    _print_rows(columns, data, fmt, title=f"{view}" + ("" if as_of is None else f" @ {as_of}"))
+    df = p.runtime.read(view, as_of)
+    df = df.orderBy(*[c for c in df.columns if orderable(df.schema[c].dataType)])
+    if limit is not None:
+        df = df.limit(limit)
+    title = view if as_of is None else f"{view} @ {as_of}"
+    print_rows(df.columns, [tuple(r) for r in df.collect()], fmt, title)
 
 
 @app.command()
@@ -210,16 +163,12 @@ def changes(
     from pyspark.sql import functions as F
 
     p = _open(pipeline)
-
-    def rows() -> tuple[list[str], list[tuple[Any, ...]]]:
-        df = p.runtime.changes(view, from_epoch, to_epoch)
-        data = [c for c in df.columns if c not in ("_time", "_diff")]
-        df = df.select(*data, F.col("_time").alias("_epoch"), "_diff")
-        df = df.orderBy("_epoch", *[c for c in data if _orderable(df.schema[c].dataType)])
-        return df.columns, [tuple(r) for r in df.collect()]
-
-    columns, data = _guarded(rows)
-    _print_rows(columns, data, fmt, title=f"{view} changes [{from_epoch}, {to_epoch})")
+    df = p.runtime.changes(view, from_epoch, to_epoch)
+    data = [c for c in df.columns if c not in ("_time", "_diff")]
+    df = df.select(*data, F.col("_time").alias("_epoch"), "_diff")
+    df = df.orderBy("_epoch", *[c for c in data if orderable(df.schema[c].dataType)])
+    title = f"{view} changes [{from_epoch}, {to_epoch})"
+    print_rows(df.columns, [tuple(r) for r in df.collect()], fmt, title)
 
 
 @app.command()
@@ -232,7 +181,7 @@ def verify(
     from dd_etl.pipeline.verify import verify as check
 
     p = _open(pipeline)
-    report = _guarded(lambda: check(p, None if view is None else [view]))
+    report = check(p, None if view is None else [view])
     for item in report.checked:
         ok = not any(m.what in item for m in report.mismatches)
         out.print(f"{'[green]ok[/]' if ok else '[red]MISMATCH[/]'}  {item}", highlight=False)
@@ -260,12 +209,10 @@ def compact(
     from dd_etl.pipeline.config import load_config
     from dd_etl.trace.maintenance import maintain_warehouse
 
-    loaded = _guarded(lambda: load_config(pipeline))
+    loaded = load_config(pipeline)
     c = loaded.config.compaction
-    spark = _guarded(lambda: session_for(loaded))
-    reports = _guarded(
-        lambda: maintain_warehouse(spark, warehouse_of(loaded), fuel or c.fuel, c.retention_hours)
-    )
+    spark = session_for(loaded)
+    reports = maintain_warehouse(spark, warehouse_of(loaded), fuel or c.fuel, c.retention_hours)
     table = Table("trace", "batches", "records", "files removed")
     for r in reports:
         table.add_row(
@@ -291,14 +238,14 @@ def rebuild(
     if source is not None:
         from dd_etl.pipeline.rebuild import rebuild_source
 
-        out.print(_guarded(lambda: rebuild_source(pipeline, source)), highlight=False)
+        out.print(rebuild_source(pipeline, source), highlight=False)
         return
     if not views:
-        _fail("name the views to rebuild, or give --source", 2)
+        fail("name the views to rebuild, or give --source", 2)
     from dd_etl.pipeline.rebuild import rebuild_views
 
     p = _open(pipeline)
-    names = _guarded(lambda: rebuild_views(p, list(views)))
+    names = rebuild_views(p, list(views))
     out.print(f"rebuilt {', '.join(names)}: the next `dd-etl run` recomputes them")
 
 
@@ -308,68 +255,7 @@ def explain(pipeline: PipelineFile, view: Annotated[str, typer.Argument()]) -> N
     from dd_etl.pipeline.explain import explain_view
 
     p = _open(pipeline)
-    out.print(_guarded(lambda: explain_view(p, view)), highlight=False, markup=False)
-
-
-# ----------------------------------------------------------------- output
-
-
-def _orderable(datatype: Any) -> bool:
-    from pyspark.sql.types import MapType
-
-    return not isinstance(datatype, MapType)
-
-
-def plain(value: Any) -> str:
-    """A value as CSV text: ISO dates, plain (never scientific) numbers, NULL as empty."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        text = repr(value)
-        if "e" in text or "E" in text:
-            text = format(decimal.Decimal(text), "f")
-        return text
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, list | dict):
-        return json.dumps(value, default=plain)
-    return str(value)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal | dt.datetime | dt.date | dt.time):
-        return plain(value)
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if hasattr(value, "asDict"):
-        return {k: _json_value(v) for k, v in value.asDict().items()}
-    return value
-
-
-def _print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str) -> None:
-    if fmt == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        for r in rows:
-            writer.writerow([plain(v) for v in r])
-        return
-    if fmt == "json":
-        records = [{c: _json_value(v) for c, v in zip(columns, r, strict=True)} for r in rows]
-        sys.stdout.write(json.dumps(records, indent=None) + "\n")
-        return
-    table = Table(*columns, title=title)
-    for r in rows:
-        table.add_row(*[plain(v) if v is not None else "NULL" for v in r])
-    out.print(table)
-    err.print(f"{len(rows)} rows", highlight=False)
+    out.print(explain_view(p, view), highlight=False, markup=False)
 
 
 @app.command()
@@ -387,7 +273,7 @@ def restate(
 
     p = _open(pipeline)
     with _steps() as progress:
-        report = _guarded(lambda: restate_source(p, source, where, progress))
+        report = restate_source(p, source, where, progress)
     if report is None:
         out.print(f"{source} matches what was taken in: nothing to restate")
     else:
@@ -410,7 +296,7 @@ def ui(
     from dd_etl.pipeline.build import warehouse_of
     from dd_etl.pipeline.config import load_config
 
-    loaded = _guarded(lambda: load_config(pipeline))
+    loaded = load_config(pipeline)
     home = Path(os.environ.get("DAGSTER_HOME") or warehouse_of(loaded) / "_dagster")
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()
