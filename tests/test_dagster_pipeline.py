@@ -25,7 +25,14 @@ from dd_etl.pipeline.ticks import last_tick
 from dd_etl.pipeline.verify import compare, verify
 from dd_etl.trace.audit import frontier_problems
 from dd_etl.trace.state import TraceState
-from tests.test_pipeline_fixtures import BY_PC_SQL, ZONES, bag, change_data, oracle, write_pipeline
+from tests.support.pipeline_fixtures import (
+    BY_PC_SQL,
+    ZONES,
+    bag,
+    change_data,
+    oracle,
+    write_pipeline,
+)
 
 pytestmark = pytest.mark.spark
 

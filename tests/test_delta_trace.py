@@ -21,7 +21,7 @@ from dd_etl.trace.batch import DataFile
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.trace import Trace
-from tests.model_storage import Update, accumulate, consolidate, model_trace
+from tests.support.model_storage import Update, accumulate, consolidate, model_trace
 
 pytestmark = pytest.mark.spark
 

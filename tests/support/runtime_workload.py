@@ -10,7 +10,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
-from tests.child_process import main
+from tests.support.child_process import main
 from tests.test_runtime_equivalence import TRIPS, ZONES
 
 EPOCHS = 4
