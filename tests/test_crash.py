@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 
 from dd_etl.trace.delta_trace import DeltaTrace
 from tests.support.crash_workload import EPOCHS, expected_updates, run
+from tests.support.kv_trace import contents
 from tests.support.model_storage import accumulate
-from tests.test_delta_trace import contents
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from tests.support.child_process import run_workload
 from tests.support.runtime_workload import EPOCHS, VIEWS, run
-from tests.test_runtime_equivalence import hashable
+from tests.support.trips_and_zones import hashable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
