@@ -21,7 +21,7 @@ from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline import open_pipeline
 from dd_etl.pipeline.lock import TickRunning, tick_lock
-from dd_etl.pipeline.ticks import last_tick
+from dd_etl.pipeline.tick_record import last_tick
 from dd_etl.pipeline.verify import compare, verify
 from dd_etl.trace.audit import frontier_problems
 from dd_etl.trace.state import TraceState
