@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dd_etl.trace.delta_trace import DeltaTrace
-from tests.crash_workload import EPOCHS, expected_updates
-from tests.model_storage import accumulate
-from tests.test_delta_trace import contents
+from tests.support.crash_workload import EPOCHS, expected_updates
+from tests.support.kv_trace import contents
+from tests.support.model_storage import accumulate
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -61,7 +61,7 @@ def test_trace_workload_runs_on_a_standalone_cluster(
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.crash_workload", str(uri)],
+        [sys.executable, "-m", "tests.support.crash_workload", str(uri)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -16,9 +16,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dd_etl.trace.delta_trace import DeltaTrace
-from tests.crash_workload import EPOCHS, expected_updates, run
-from tests.model_storage import accumulate
-from tests.test_delta_trace import contents
+from tests.support.crash_workload import EPOCHS, expected_updates, run
+from tests.support.kv_trace import contents
+from tests.support.model_storage import accumulate
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def child(uri: Path, failpoints: str = "") -> subprocess.Popen[str]:
     env = {**os.environ, "DD_ETL_FAILPOINTS": failpoints, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_workload", str(uri)],
+        [sys.executable, "-m", "tests.support.crash_workload", str(uri)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -14,7 +14,7 @@ from dd_etl.dagster import SparkResource, maintenance_definitions
 from dd_etl.lattice import Antichain
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.maintenance import find_traces
-from tests.test_delta_trace import SCHEMA, contents, frame
+from tests.support.kv_trace import SCHEMA, contents, frame
 
 pytestmark = pytest.mark.spark
 

@@ -23,12 +23,19 @@ from dd_etl.errors import DdEtlError, InvariantViolation
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline import open_pipeline
 from dd_etl.pipeline.lock import TickRunning, tick_lock
-from dd_etl.pipeline.ticks import last_tick
+from dd_etl.pipeline.tick_record import last_tick
 from dd_etl.pipeline.verify import compare, verify
 from dd_etl.trace.audit import frontier_problems
 from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.state import TraceState
-from tests.test_pipeline_fixtures import BY_PC_SQL, ZONES, bag, change_data, oracle, write_pipeline
+from tests.support.pipeline_fixtures import (
+    BY_PC_SQL,
+    ZONES,
+    bag,
+    change_data,
+    oracle,
+    write_pipeline,
+)
 
 pytestmark = pytest.mark.spark
 

@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.dagster.names import PIPELINE_TAG, PIPELINES_ENV
 from dd_etl.pipeline import open_pipeline
-from tests.postgres_server import free_port, postgres_server
-from tests.test_pipeline_fixtures import BY_PC_SQL, bag, change_data, oracle, write_pipeline
+from tests.support.pipeline_fixtures import BY_PC_SQL, bag, change_data, oracle, write_pipeline
+from tests.support.postgres_server import free_port, postgres_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

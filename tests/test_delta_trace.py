@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql import SparkSession
 
 from dd_etl.lattice import Antichain
 from dd_etl.trace import delta_log, spark_files
@@ -21,25 +20,14 @@ from dd_etl.trace.batch import DataFile
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.trace import Trace
-from tests.model_storage import Update, accumulate, consolidate, model_trace
+from tests.support.kv_trace import SCHEMA, contents, frame
+from tests.support.model_storage import Update, accumulate, consolidate, model_trace
 
 pytestmark = pytest.mark.spark
-
-SCHEMA = StructType([StructField("k", LongType()), StructField("v", StringType())])
-COLUMNS = "k long, v string, _time long, _diff long"
 
 
 def e(x: int) -> Antichain:
     return Antichain.from_epoch(x)
-
-
-def frame(spark: SparkSession, updates: list[Update]) -> DataFrame:
-    rows = [(d[0], d[1], t[0], n) for d, t, n in updates]
-    return spark.createDataFrame(rows, COLUMNS)
-
-
-def contents(df: DataFrame) -> dict[tuple[object, ...], int]:
-    return {(r["k"], r["v"]): r["_diff"] for r in df.collect()}
 
 
 def new_trace(spark: SparkSession, path: Path, rows_per_file: int = 4) -> DeltaTrace:

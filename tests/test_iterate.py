@@ -27,8 +27,8 @@ from dd_etl.runtime.iteration import LoopDiverged
 from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.maintenance import maintain
 from dd_etl.trace.spark_files import read_files
-from tests import loop_workload
-from tests.child_process import run_workload
+from tests.support import loop_workload
+from tests.support.child_process import run_workload
 
 pytestmark = pytest.mark.spark
 
@@ -299,7 +299,7 @@ def test_a_run_killed_inside_a_loop_recovers(
     """Killed in the second run, after the loop's inner traces took epoch 2 but
     before its result did: the next run redoes the epoch from history that
     excludes it, and the inner appends are no-ops."""
-    proc = run_workload("tests.loop_workload", tmp_path, failpoint)
+    proc = run_workload("tests.support.loop_workload", tmp_path, failpoint)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
     rt = loop_workload.run(spark, tmp_path)
     want = [

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from dd_etl.cli import app
 from dd_etl.errors import ConfigError
-from dd_etl.pipeline.build import view_order
+from dd_etl.pipeline.analysis import view_order
 from dd_etl.pipeline.config import load_config
 
 GOOD = """\

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
-from tests.test_pipeline_fixtures import bag, change_data, oracle, write_pipeline
+from tests.support.pipeline_fixtures import bag, change_data, oracle, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

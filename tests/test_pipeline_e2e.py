@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
-from tests.test_pipeline_fixtures import (
+from tests.support.pipeline_fixtures import (
     BY_PC_SQL,
     BY_PC_V2_SQL,
     bag,

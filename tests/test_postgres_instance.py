@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.postgres_server import PostgresServer, postgres_server
+from tests.support.postgres_server import PostgresServer, postgres_server
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from dd_etl.plan.sql import compile_view
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.full_refresh import private_state
 from dd_etl.trace.maintenance import maintain_warehouse
-from tests.sql_oracle import Row, append_changes, duckdb_results, mismatches
+from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
 
 
 def test_fixed_policies_ignore_sizes() -> None:

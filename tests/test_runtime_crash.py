@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.child_process import run_workload
-from tests.runtime_workload import EPOCHS, VIEWS, run
-from tests.test_runtime_equivalence import hashable
+from tests.support.child_process import run_workload
+from tests.support.runtime_workload import EPOCHS, VIEWS, run
+from tests.support.trips_and_zones import hashable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -37,7 +37,7 @@ def test_a_killed_run_recovers_to_the_uninterrupted_result(
     failpoint: str,
     uninterrupted: dict[str, list[Counter[tuple[object, ...]]]],
 ) -> None:
-    proc = run_workload("tests.runtime_workload", tmp_path, failpoint)
+    proc = run_workload("tests.support.runtime_workload", tmp_path, failpoint)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
     rt = run(spark, tmp_path)
     for v in VIEWS:

@@ -16,30 +16,14 @@ from typing import Any
 import duckdb
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    DoubleType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute
+from tests.support.trips_and_zones import TRIPS, ZONES, Row, hashable
 
 pytestmark = pytest.mark.spark
-
-TRIPS = StructType(
-    [
-        StructField("id", LongType()),
-        StructField("pc", LongType()),
-        StructField("fare", DoubleType()),
-        StructField("tags", ArrayType(StringType())),
-    ]
-)
-ZONES = StructType([StructField("pc", LongType()), StructField("label", StringType())])
 
 ORACLE = {
     "counts": "SELECT pc, COUNT(*) AS count FROM trips GROUP BY pc",
@@ -73,9 +57,6 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
     return Runtime(flow)
 
 
-Row = tuple[Any, ...]
-
-
 def random_trip(rng: random.Random) -> Row:
     tags = rng.choice([None, [], ["a"], ["a", "b"], ["b", "b"]])
     return (rng.randrange(8), rng.choice([1, 2, 3, None]), rng.choice([5.0, 12.5, None]), tags)
@@ -92,10 +73,6 @@ def random_changes(rng: random.Random, current: Counter[Row], make: Any) -> list
     for row in rng.sample(live, k=min(len(live), rng.randrange(0, 3))):
         changes.append((row, -1))
     return changes
-
-
-def hashable(row: Row) -> Row:
-    return tuple(tuple(v) if isinstance(v, list) else v for v in row)
 
 
 def oracle(con: duckdb.DuckDBPyConnection, sql: str) -> Counter[Row]:

@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 from dd_etl.plan import Collection, Dataflow
 from dd_etl.plan.sql import SqlError, compile_view, explain
 from dd_etl.runtime import Runtime
-from tests.sql_oracle import Row, append_changes, duckdb_results, mismatches
+from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
 
 pytestmark = pytest.mark.spark
 

@@ -19,7 +19,7 @@ from dd_etl.trace.description import Description
 from dd_etl.trace.errors import HoldRegression, UpperMismatch
 from dd_etl.trace.spine import batch_limit
 from dd_etl.trace.state import TraceState
-from tests.model_storage import ModelTrace, Update, accumulate, model_trace
+from tests.support.model_storage import ModelTrace, Update, accumulate, model_trace
 
 
 def e(x: int) -> Antichain:

@@ -205,8 +205,8 @@ def compact(
     fuel: Annotated[int | None, typer.Option(help="Records of merge work per trace.")] = None,
 ) -> None:
     """Merge spine layers of every trace of the pipeline, advance compaction, vacuum."""
-    from dd_etl.pipeline.build import session_for, warehouse_of
-    from dd_etl.pipeline.config import load_config
+    from dd_etl.pipeline.build import session_for
+    from dd_etl.pipeline.config import load_config, warehouse_of
     from dd_etl.trace.maintenance import maintain_warehouse
 
     loaded = load_config(pipeline)
@@ -293,8 +293,7 @@ def ui(
     import shutil
 
     from dd_etl.dagster.names import PIPELINES_ENV
-    from dd_etl.pipeline.build import warehouse_of
-    from dd_etl.pipeline.config import load_config
+    from dd_etl.pipeline.config import load_config, warehouse_of
 
     loaded = load_config(pipeline)
     home = Path(os.environ.get("DAGSTER_HOME") or warehouse_of(loaded) / "_dagster")

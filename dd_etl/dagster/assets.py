@@ -29,7 +29,8 @@ from dd_etl.dagster.metadata import source_metadata, view_metadata
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.errors import DdEtlError
-from dd_etl.pipeline.build import Pipeline, open_pipeline, referenced_tables, view_order
+from dd_etl.pipeline.analysis import referenced_tables, view_order
+from dd_etl.pipeline.build import Pipeline, open_pipeline
 from dd_etl.pipeline.config import LoadedConfig, load_config
 from dd_etl.pipeline.tick import Progress, run_tick
 

@@ -15,8 +15,7 @@ from dd_etl.dagster.backfills import backfill_jobs
 from dd_etl.dagster.checks import cheap_check_specs, equivalence_results, equivalence_specs
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
-from dd_etl.pipeline.build import warehouse_of
-from dd_etl.pipeline.config import LoadedConfig, load_config
+from dd_etl.pipeline.config import LoadedConfig, load_config, warehouse_of
 from dd_etl.trace.maintenance import maintain_warehouse
 
 SAMPLE_ABOVE = 1_000_000

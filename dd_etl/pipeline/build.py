@@ -1,9 +1,10 @@
-"""From a pipeline file to a dataflow: sources with their schemas, views in
+"""From a pipeline file to a dataflow on Spark: sources with their schemas, views in
 dependency order, and the runtime that maintains them.
 
 Views may read sources and other views. SQL views name their tables in the
-query; Python views list them in ``inputs``. Unknown tables and cycles are
-refused here, at load time, with the position in the file.
+query; Python views list them in ``inputs``. Which tables a view reads and the
+order views are built in come from ``analysis.py`` (config only, no Spark), which
+refuses unknown tables and cycles at load time with the position in the file.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlglot
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
-from sqlglot import exp
 
 from dd_etl.errors import ConfigError
-from dd_etl.pipeline.config import LoadedConfig, SourceConfig, ViewConfig, load_config
+from dd_etl.pipeline.analysis import query_line_in_file, referenced_tables, view_order
+from dd_etl.pipeline.config import (
+    LoadedConfig,
+    SourceConfig,
+    ViewConfig,
+    load_config,
+    warehouse_of,
+)
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.runtime import Runtime
 from dd_etl.sinks import ChangeFeed, MaterializedView
@@ -52,7 +58,7 @@ class Pipeline:
 
     @property
     def warehouse(self) -> Path:
-        return Path(self.loaded.resolve(self.loaded.config.warehouse))
+        return warehouse_of(self.loaded)
 
     def materialized(self, view: str) -> MaterializedView | None:
         sink = self.loaded.config.views[view].materialize
@@ -65,10 +71,6 @@ class Pipeline:
         if sink is None:
             return None
         return ChangeFeed(self.runtime, self.name, view, self.loaded.resolve(sink.path))
-
-
-def warehouse_of(loaded: LoadedConfig) -> Path:
-    return Path(loaded.resolve(loaded.config.warehouse))
 
 
 def session_for(loaded: LoadedConfig) -> SparkSession:
@@ -157,89 +159,6 @@ def make_reader(
 # ------------------------------------------------------------------- views
 
 
-def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list[str]:
-    """The sources and views ``view`` reads; unknown names fail with their position."""
-    config = loaded.config
-    known = set(config.sources) | set(config.views)
-    if view.python is not None:
-        inputs = list(view.inputs) if view.inputs is not None else list(config.sources)
-        unknown = [i for i in inputs if i not in known]
-        if unknown:
-            raise loaded.error(f"views.{name}.inputs", f"unknown tables {unknown}")
-        return inputs
-    assert view.sql is not None
-    key = f"views.{name}.sql"
-    try:
-        tree = sqlglot.parse_one(view.sql, read="spark")
-    except sqlglot.errors.ParseError as e:
-        first = e.errors[0] if e.errors else {}
-        line = int(first.get("line", 1))
-        raise loaded.error(
-            key,
-            f"line {line}, col {first.get('col', '?')} of the query: {first.get('description', e)}",
-            line_offset=line - 1,
-        ) from None
-    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
-    found: list[str] = []
-    for table in tree.find_all(exp.Table):
-        if table.name in ctes or not table.name:
-            continue
-        if table.name not in known:
-            line, col = _position(view.sql, table)
-            raise ConfigError(
-                loaded.file,
-                key,
-                f"line {line}, col {col} of the query: unknown table {table.name!r}; "
-                f"tables are {sorted(known - {name})}",
-                _line(loaded, key, line),
-            )
-        if table.name not in found:
-            found.append(table.name)
-    return found
-
-
-def _position(sql: str, table: exp.Table) -> tuple[int, int]:
-    start = table.this.meta.get("start") if isinstance(table.this, exp.Expression) else None
-    if start is None:
-        return 1, 1
-    line = sql.count("\n", 0, start) + 1
-    return line, start - (sql.rfind("\n", 0, start) + 1) + 1
-
-
-def _line(loaded: LoadedConfig, key: str, query_line: int) -> int | None:
-    first = loaded.line(f"{key}#value")
-    return None if first is None else first + query_line - 1
-
-
-def view_order(loaded: LoadedConfig) -> list[str]:
-    """Views in an order where each comes after the views it reads; cycles refused."""
-    views = loaded.config.views
-    deps = {
-        name: [t for t in referenced_tables(loaded, name, v) if t in views]
-        for name, v in views.items()
-    }
-    order: list[str] = []
-    state: dict[str, str] = {}
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == "done":
-            return
-        if state.get(name) == "visiting":
-            cycle = [*path[path.index(name) :], name]
-            raise loaded.error(
-                f"views.{name}", f"views read each other in a cycle: {' → '.join(cycle)}"
-            )
-        state[name] = "visiting"
-        for d in deps[name]:
-            visit(d, [*path, name])
-        state[name] = "done"
-        order.append(name)
-
-    for name in views:
-        visit(name, [])
-    return order
-
-
 ViewFunction = Callable[[Dataflow, Mapping[str, Collection]], Collection]
 
 
@@ -284,7 +203,9 @@ def compile_sql(
         return compiled
     except SqlError as e:
         line = getattr(e, "line", None)
-        file_line = _line(loaded, key, line) if isinstance(line, int) else loaded.line(key)
+        file_line = (
+            query_line_in_file(loaded, key, line) if isinstance(line, int) else loaded.line(key)
+        )
         raise ConfigError(loaded.file, key, str(e), file_line) from None
     except PlanError as e:
         raise loaded.error(key, str(e)) from None

@@ -173,6 +173,11 @@ class LoadedConfig:
         return ConfigError(self.file, key, reason, None if line is None else line + line_offset)
 
 
+def warehouse_of(loaded: LoadedConfig) -> Path:
+    """Where the pipeline keeps its traces: the file's ``warehouse``, resolved."""
+    return Path(loaded.resolve(loaded.config.warehouse))
+
+
 def load_config(file: str | Path) -> LoadedConfig:
     path = Path(file)
     try:

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dd_etl.pipeline.build import make_reader, view_order, warehouse_of
-from dd_etl.pipeline.config import LoadedConfig
-from dd_etl.pipeline.ticks import last_profile, last_tick
+from dd_etl.pipeline.analysis import view_order
+from dd_etl.pipeline.build import make_reader
+from dd_etl.pipeline.config import LoadedConfig, warehouse_of
+from dd_etl.pipeline.tick_record import last_profile, last_tick
 from dd_etl.sources.base import POSITION_META
 from dd_etl.trace import delta_log
 from dd_etl.trace.errors import TraceNotFound

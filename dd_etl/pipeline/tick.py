@@ -31,7 +31,7 @@ from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.lock import tick_lock
-from dd_etl.pipeline.ticks import TickRecord, last_tick, record_profile, record_tick
+from dd_etl.pipeline.tick_record import TickRecord, last_tick, record_profile, record_tick
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase

@@ -10,8 +10,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
-from tests.child_process import main
-from tests.test_runtime_equivalence import TRIPS, ZONES
+from tests.support.child_process import main
+from tests.support.trips_and_zones import TRIPS, ZONES
 
 EPOCHS = 4
 VIEWS = ("joined", "counts", "pcs")

@@ -11,7 +11,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow, graphs
 from dd_etl.runtime import Runtime
-from tests.child_process import main
+from tests.support.child_process import main
 
 EPOCHS = 4
 EDGES = StructType(

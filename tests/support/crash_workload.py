@@ -12,9 +12,9 @@ from pyspark.sql import SparkSession
 
 from dd_etl.lattice import Antichain
 from dd_etl.trace.delta_trace import DeltaTrace
-from tests.child_process import main
-from tests.model_storage import Update
-from tests.test_delta_trace import SCHEMA, frame
+from tests.support.child_process import main
+from tests.support.kv_trace import SCHEMA, frame
+from tests.support.model_storage import Update
 
 EPOCHS = 6
 

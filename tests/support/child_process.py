@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from dd_etl.spark import session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(app_name: str, workload: Callable[[SparkSession], object]) -> None:

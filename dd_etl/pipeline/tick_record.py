@@ -1,8 +1,10 @@
-"""The record of completed ticks: which epoch the pipeline last finished, and when.
+"""The record a tick leaves behind: which epoch the pipeline last finished, and when,
+and what the last tick run cost (its profile, kept even if it did not finish).
 
-Kept as one small JSON file under the warehouse, replaced atomically. It
+Each is one small JSON file under the warehouse, replaced atomically. The record
 distinguishes a tick that crashed (sources ahead of the last completed epoch:
 the re-run completes that epoch) from a finished one (the run starts a new epoch).
+Running a tick is ``tick.py``; this module only reads and writes its record.
 """
 
 from __future__ import annotations

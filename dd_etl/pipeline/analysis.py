@@ -1,0 +1,104 @@
+"""What a pipeline file says about its tables, read from the config alone: which
+sources and views each view reads, and an order of the views in which each comes
+after the views it reads. Unknown tables and cycles are refused with their place in
+the file.
+
+No Spark here: Dagster draws an asset's lineage from these when it loads its
+definitions, and ``build.py`` builds the dataflow in the same order, so the graph
+Dagster shows is the one that runs. SQL is parsed with sqlglot only to find the
+tables a query names.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+from dd_etl.errors import ConfigError
+from dd_etl.pipeline.config import LoadedConfig, ViewConfig
+
+
+def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list[str]:
+    """The sources and views ``view`` reads, in the order it names them: a Python
+    view's ``inputs`` (every source if it lists none), or the tables its SQL names
+    outside its own CTEs. Unknown names fail with their position."""
+    config = loaded.config
+    known = set(config.sources) | set(config.views)
+    if view.python is not None:
+        inputs = list(view.inputs) if view.inputs is not None else list(config.sources)
+        unknown = [i for i in inputs if i not in known]
+        if unknown:
+            raise loaded.error(f"views.{name}.inputs", f"unknown tables {unknown}")
+        return inputs
+    assert view.sql is not None
+    key = f"views.{name}.sql"
+    try:
+        tree = sqlglot.parse_one(view.sql, read="spark")
+    except sqlglot.errors.ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        line = int(first.get("line", 1))
+        raise loaded.error(
+            key,
+            f"line {line}, col {first.get('col', '?')} of the query: {first.get('description', e)}",
+            line_offset=line - 1,
+        ) from None
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    found: list[str] = []
+    for table in tree.find_all(exp.Table):
+        if table.name in ctes or not table.name:
+            continue
+        if table.name not in known:
+            line, col = _position(view.sql, table)
+            raise ConfigError(
+                loaded.file,
+                key,
+                f"line {line}, col {col} of the query: unknown table {table.name!r}; "
+                f"tables are {sorted(known - {name})}",
+                query_line_in_file(loaded, key, line),
+            )
+        if table.name not in found:
+            found.append(table.name)
+    return found
+
+
+def view_order(loaded: LoadedConfig) -> list[str]:
+    """Views in an order where each comes after the views it reads; cycles refused."""
+    views = loaded.config.views
+    deps = {
+        name: [t for t in referenced_tables(loaded, name, v) if t in views]
+        for name, v in views.items()
+    }
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "visiting":
+            cycle = [*path[path.index(name) :], name]
+            raise loaded.error(
+                f"views.{name}", f"views read each other in a cycle: {' → '.join(cycle)}"
+            )
+        state[name] = "visiting"
+        for d in deps[name]:
+            visit(d, [*path, name])
+        state[name] = "done"
+        order.append(name)
+
+    for name in views:
+        visit(name, [])
+    return order
+
+
+def query_line_in_file(loaded: LoadedConfig, key: str, query_line: int) -> int | None:
+    """The line of the pipeline file that holds line ``query_line`` of the query at ``key``."""
+    first = loaded.line(f"{key}#value")
+    return None if first is None else first + query_line - 1
+
+
+def _position(sql: str, table: exp.Table) -> tuple[int, int]:
+    start = table.this.meta.get("start") if isinstance(table.this, exp.Expression) else None
+    if start is None:
+        return 1, 1
+    line = sql.count("\n", 0, start) + 1
+    return line, start - (sql.rfind("\n", 0, start) + 1) + 1
