@@ -128,7 +128,7 @@ def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_p
     jobs = {name: cost.spark_jobs for name, cost in profile.traces.items()}
     idle = only_zones | {"sources/trips", "views/routes"}
     assert jobs == {name: 0 if name in idle else 1 for name in maintained}
-    assert profile.spark_jobs == len(maintained) - 4 == 15
+    assert profile.spark_jobs == len(maintained) - 4 == 13
     # and each job is one stage: every read is one partition, which stays one partition
     # through the plan, so nothing is shuffled; but for the borough sums behind the
     # join of joins, where Spark's size estimates (products across joins) outgrow
@@ -140,16 +140,16 @@ def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_p
         for x in rt.stateful_nodes()
         if isinstance(x, n.Accumulate) and any(s.name == "zones" for s in sources_of(x))
     }
-    assert profile.spark_stages == 14 + 11
+    assert profile.spark_stages == 12 + 11
     assert set(profile.phases) == set(PHASES) - {"sinks"}
     assert all(c.phases[DELTA_LOG] > 0 for c in profile.traces.values())
     assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in maintained - idle)
     # every reduction read the history of the keys it touched in the driver
     reductions = {x.trace_name for x in rt.stateful_nodes() if isinstance(x, n.Reduce)} - idle
-    assert len(reductions) == 5
+    assert len(reductions) == 4
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
-    assert "15 Spark jobs" in text and "views/zone_stats" in text
+    assert "13 Spark jobs" in text and "views/zone_stats" in text
 
 
 def test_large_and_small_sizings_compute_the_same_views(

@@ -36,9 +36,13 @@ if TYPE_CHECKING:
     from dd_etl.plan.aggregates import Aggregate
 
 JoinHow = Literal["inner", "left", "right", "full"]
-HIERARCHY_SHIFTS = (16, 8)
-"""Bucket hashes are 32 bits; the levels of a MIN/MAX group by their top 16 bits,
-then their top 8 bits, then by the key alone (each entry is a further shift)."""
+HIERARCHY_SHIFTS = (24,)
+"""Bucket hashes are 32 bits; the levels of a MIN/MAX group by their top 8 bits
+(256 buckets per key), then by the key alone (each entry is a further shift).
+One level keeps what a retraction reads to a 256th of its group below the top,
+and at most 256 rows per key at the top, for groups up to millions of rows; a
+second level (by the top 16 bits first) would cost two more traces in every
+epoch and, for groups of thousands, hold as many rows as its input."""
 
 
 class Dataflow:
@@ -438,9 +442,8 @@ class Collection:
         and ``__max``, from one hierarchy of reductions that carries both.
 
         Each level reduces by ``(key, bucket)`` where the bucket is a prefix of the
-        value's hash that shrinks by 8 bits per level, so no reduction ever sees
-        more than a few hundred records of a group and retracting the current
-        extreme of a huge group touches a bounded number of records. Both extremes
+        value's hash (``HIERARCHY_SHIFTS``), so retracting the current extreme of a
+        huge group re-reads one bucket of it, not the whole group. Both extremes
         ride the same levels: a SQL ``MIN(x), MAX(x)`` costs the traces of one.
         """
         key = tuple(key)
