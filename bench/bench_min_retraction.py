@@ -288,24 +288,6 @@ def measure(runtime: Runtime, epoch: int, physical: bool) -> list[TraceMeasure]:
     return out
 
 
-def next_job_id(spark: SparkSession) -> int:
-    """The id the next Spark job will get (job ids are sequential per SparkContext)."""
-    ids = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
-    return max(ids, default=-1) + 1
-
-
-def jobs_since(spark: SparkSession, first: int) -> tuple[int, int]:
-    """Spark jobs started since job ``first``, and their stages (skipped ones included:
-    Spark plans them, then finds their shuffle output already there)."""
-    tracker = spark.sparkContext.statusTracker()
-    ids = [j for j in tracker.getJobIdsForGroup(None) if j >= first]
-    stages = 0
-    for j in ids:
-        info = tracker.getJobInfo(j)
-        stages += len(info.stageIds) if info is not None else 0
-    return len(ids), stages
-
-
 # ------------------------------------------------------------------ one size
 
 
@@ -390,10 +372,10 @@ def run_size(spark: SparkSession, cfg: BenchConfig, root: Path, size: int) -> di
             started = time.perf_counter()
             rt.append_source("trips", changes, epoch)
             appended = time.perf_counter()
-            first_job = next_job_id(spark)
-            rt.run()
+            report = rt.run()
             done = time.perf_counter()
-            jobs, stages = jobs_since(spark, first_job)
+            assert report.profile is not None  # every run is profiled
+            jobs, stages = report.profile.spark_jobs, report.profile.spark_stages
             measures = measure(rt, epoch, cfg.measure_physical)
             entry[variant] = {
                 "append_seconds": round(appended - started, 3),
