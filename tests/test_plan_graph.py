@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import nodes as n
@@ -46,3 +47,11 @@ def test_trace_keys() -> None:
     assert trace_key(g["v1"]) == ("k", "v")  # a view is keyed by all its columns
     assert keyed_by(g["a"], ["k"]) and not keyed_by(g["a"], ["v"])
     assert not keyed_by(g["f"], ["k", "v"])  # keeps no trace
+
+
+def test_a_node_needs_its_required_fields_by_name() -> None:
+    src = n.Source("s", (), SCHEMA, name="t", key=("k",))
+    with pytest.raises(TypeError, match="kind"):
+        n.Reduce("r", (src,), SCHEMA, key=("k",))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        n.Arrange("a", (src,), SCHEMA, ("k",))  # type: ignore[misc]

@@ -107,7 +107,6 @@ def reads_loop_variable(node: n.Node) -> bool:
 def body_of(loop: n.Iterate) -> list[n.Node]:
     """The nodes that run inside ``loop`` (those that read its variable), inputs
     before their users."""
-    assert loop.variable is not None and loop.result is not None
     return _inner(loop.result, loop.variable)
 
 

@@ -46,94 +46,94 @@ class Node:
         return None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Source(Node):
-    name: str = ""
-    key: tuple[str, ...] = ()
+    name: str
+    key: tuple[str, ...]
 
     @property
     def trace_name(self) -> str:
         return f"sources/{self.name}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Constant(Node):
     """Fixed rows, present from epoch 0 on (SQL ``VALUES``, defaults of global aggregates)."""
 
-    rows: tuple[tuple[Any, ...], ...] = ()
+    rows: tuple[tuple[Any, ...], ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Select(Node):
     exprs: tuple[Expr, ...] = ()
     named: tuple[tuple[str, Expr], ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Filter(Node):
-    predicate: Expr = ""
+    predicate: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Explode(Node):
-    column: Expr = ""
-    alias: str = ""
+    column: Expr
+    alias: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Concat(Node):
     pass
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Negate(Node):
     pass
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Consolidate(Node):
     pass
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Arrange(Node):
     """The input's updates indexed by ``key``: a trace shared by every operator
     (in any view of the dataflow) that needs the same collection by the same key."""
 
-    key: tuple[str, ...] = ()
+    key: tuple[str, ...]
 
     @property
     def trace_name(self) -> str:
         return f"arrangements/{self.id}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Join(Node):
     """Inner equi-join of two arrangements; SQL semantics: NULL keys never match."""
 
-    left_key: tuple[str, ...] = ()
-    right_key: tuple[str, ...] = ()
-    right_columns: tuple[str, ...] = ()  # columns of the right side kept in the output
+    left_key: tuple[str, ...]
+    right_key: tuple[str, ...]
+    right_columns: tuple[str, ...]  # columns of the right side kept in the output
     null_safe: bool = False  # NULL keys match each other (grouping keys, not SQL join keys)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DeltaQuery(Node):
     """Inner join of several relations (SQL ``USING`` on shared column names) as a
     delta query. ``inputs`` are arrangements of the relations, one per distinct
     lookup; ``lookups[j]`` names the relation and key input ``j`` arranges. A
     relation's changes are read from any of its arrangements."""
 
-    orders: tuple[tuple[Lookup, ...], ...] = ()
-    lookups: tuple[Lookup, ...] = ()
+    orders: tuple[tuple[Lookup, ...], ...]
+    lookups: tuple[Lookup, ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Reduce(Node):
     """Per-key reduction of an arrangement; its output is kept as a trace by key."""
 
-    key: tuple[str, ...] = ()
-    kind: ReduceKind = "distinct"
+    key: tuple[str, ...]
+    kind: ReduceKind
     column: str = "count"  # the counted column's name, or the value min/max reduce
     order: tuple[tuple[str, bool], ...] = ()  # top_k: (column, descending)
     limit: int = 0  # top_k: rows kept per key
@@ -146,22 +146,22 @@ class Reduce(Node):
         return f"reductions/{self.id}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Accumulate(Node):
     """In-place sums per key (SQL COUNT/SUM/AVG): the output is the running
     ``(rows, non-NULL count, sum)`` of each value column, never re-reading the input."""
 
-    key: tuple[str, ...] = ()
-    values: tuple[str, ...] = ()
+    key: tuple[str, ...]
+    values: tuple[str, ...]
 
     @property
     def trace_name(self) -> str:
         return f"reductions/{self.id}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class View(Node):
-    name: str = ""
+    name: str
 
     @property
     def plan(self) -> str:
@@ -173,13 +173,13 @@ class View(Node):
         return f"views/{self.name}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Variable(Node):
     """The loop variable of an ``Iterate``: at iteration 0 the loop's initial
     collection, at iteration ``i + 1`` the body's result at iteration ``i``."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Iterate(Node):
     """A fixed point: ``variable`` fed back from ``result`` until nothing changes.
 
@@ -190,9 +190,9 @@ class Iterate(Node):
     the result leaves the loop as the fixed point at each epoch.
     """
 
-    variable: Variable | None = None
-    result: Node | None = None
-    limit: int = 0  # iterations an epoch may take before the loop counts as diverging
+    variable: Variable
+    result: Node
+    limit: int  # iterations an epoch may take before the loop counts as diverging
 
     @property
     def trace_name(self) -> str:

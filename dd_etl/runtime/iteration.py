@@ -174,7 +174,6 @@ class LoopRun:
         The initial collection enters at iteration 0 and is withdrawn at 1, so
         from then on the variable holds only what the body fed back: summed over
         the iterations, the variable's updates are the result's changes."""
-        assert loop.variable is not None and loop.result is not None
         depth = len(prefix) + 1
         entering = {x.id: outer(x) for x in loop.inputs}
         work = st.work(loop, prefix, entering)
@@ -205,7 +204,6 @@ class LoopRun:
         """Round ``t``: every node of the body applied to its inputs' updates at
         ``t``. A node none of whose inputs changed at ``t``, with nothing staged
         or scheduled there, is skipped without running anything."""
-        assert loop.variable is not None and loop.result is not None
         emitted: dict[str, DataFrame | None] = {}
 
         def live(node: n.Node) -> bool:

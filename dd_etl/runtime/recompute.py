@@ -99,7 +99,6 @@ def recompute(runtime: Runtime, view: str, at: int, read_views: bool = False) ->
 
     def fixed_point(loop: n.Iterate) -> DataFrame:
         """Apply the body to the whole collection until it stops changing."""
-        assert loop.variable is not None and loop.result is not None
         inner = list(loop_nest(loop))  # nested loops' bodies are recomputed too
         x = linear.consolidate(evaluate(loop.inputs[0])).localCheckpoint(eager=True)
         for _ in range(loop.limit):

@@ -120,7 +120,6 @@ def explain(view: Collection) -> str:
         child = prefix + ("" if top else ("   " if tail else "│  "))
         subs = node.inputs
         if isinstance(node, n.Iterate):
-            assert node.result is not None
             subs = (node.result, *node.inputs)  # the body first, then what enters it
             loop = loop if inner else node  # a nested loop's traces are the top loop's
         elif not inner:
