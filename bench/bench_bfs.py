@@ -51,7 +51,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow, graphs
-from dd_etl.plan.iteration import inner_traces
+from dd_etl.plan.loops import inner_traces
 from dd_etl.plan.nodes import Iterate
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute

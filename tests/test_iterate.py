@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.lattice import Antichain
 from dd_etl.plan import Dataflow, graphs
 from dd_etl.plan.dataflow import Collection, PlanError
-from dd_etl.plan.iteration import inner_traces
+from dd_etl.plan.loops import inner_traces
 from dd_etl.plan.nodes import Iterate
 from dd_etl.plan.sql import compile_view
 from dd_etl.runtime import Runtime

@@ -18,7 +18,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.operators.iterative import earlier, iterations, later, not_after
 from dd_etl.plan import Dataflow, graphs
 from dd_etl.plan.dataflow import Collection
-from dd_etl.plan.iteration import inner_traces, loop_nest
+from dd_etl.plan.loops import inner_traces, loop_nest
 from dd_etl.plan.nodes import Iterate
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute

@@ -6,7 +6,8 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import nodes as n
-from dd_etl.plan.graph import keyed_by, layers, trace_key, upstream
+from dd_etl.plan.graph import dependants, keyed_by, layers, stateful, trace_key, upstream
+from dd_etl.plan.loops import body_of, loop_nest, reads_loop_variable
 
 SCHEMA = StructType([StructField("k", LongType()), StructField("v", LongType())])
 
@@ -55,3 +56,32 @@ def test_a_node_needs_its_required_fields_by_name() -> None:
         n.Reduce("r", (src,), SCHEMA, key=("k",))  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         n.Arrange("a", (src,), SCHEMA, ("k",))  # type: ignore[misc]
+
+
+def test_stateful_nodes_are_those_keeping_traces_and_dependants_follow_reads() -> None:
+    g = graph()
+    views = [g["v1"], g["v2"]]
+    assert [x.id for x in stateful(views)] == ["s", "a", "r", "v1", "v2"]
+    assert [x.id for x in stateful(views, recomputed=["mins"])] == ["s", "v1", "v2"]
+    assert [v.id for v in dependants(views, {"r"})] == ["v1"]
+    assert [v.id for v in dependants(views, {"s"})] == ["v1", "v2"]
+    assert [v.id for v in dependants(views, {"v2"})] == ["v2"]
+
+
+def test_a_loop_body_is_what_reads_its_variable_nested_loops_one_deeper() -> None:
+    src = n.Source("s", (), SCHEMA, name="t", key=("k",))
+    var = n.Variable("x", (), SCHEMA)
+    inner_var = n.Variable("y", (), SCHEMA)
+    inner_body = n.Filter("g", (inner_var,), SCHEMA, predicate="v > 1")
+    inner = n.Iterate("i2", (var,), SCHEMA, variable=inner_var, result=inner_body, limit=5)
+    step = n.Concat("c", (inner, src), SCHEMA)
+    loop = n.Iterate("i1", (src,), SCHEMA, variable=var, result=step, limit=5)
+    assert [x.id for x in body_of(loop)] == ["x", "i2", "c"]
+    assert {i: d for i, (_, d) in loop_nest(loop).items()} == {
+        "x": 1,
+        "i2": 1,
+        "y": 2,
+        "g": 2,
+        "c": 1,
+    }
+    assert reads_loop_variable(step) and not reads_loop_variable(src)

@@ -28,7 +28,8 @@ from dd_etl.operators.linear import Expr
 from dd_etl.operators.reduce import HIGH, LOW
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
-from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate, reads_loop_variable
+from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
+from dd_etl.plan.loops import reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
 from dd_etl.trace.columns import DIFF, TIME
 

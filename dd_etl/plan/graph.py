@@ -1,5 +1,6 @@
-"""The plan graph as pure functions over plan nodes: what a node reads, in which
-order traces are computed, and what a trace is keyed by. No Spark, no storage."""
+"""The plan graph as pure functions over plan nodes: what a node reads, which
+nodes keep traces and which views depend on a node, in which order traces are
+computed, and what a trace is keyed by. No Spark, no storage."""
 
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ def upstream(roots: Sequence[n.Node], recomputed: Collection[str] = ()) -> list[
     for root in roots:
         visit(root, True)
     return list(seen.values())
+
+
+def stateful(roots: Sequence[n.Node], recomputed: Collection[str] = ()) -> list[n.Node]:
+    """The nodes with a trace that ``roots`` depend on, inputs before users; under a
+    view in ``recomputed`` only the sources and views it reads."""
+    return [x for x in upstream(roots, recomputed) if x.trace_name is not None]
+
+
+def dependants(views: Sequence[n.View], of: Collection[str]) -> list[n.View]:
+    """The ``views`` that read (directly, or through other nodes) a node whose id
+    is in ``of``, in the order given; a view in ``of`` reads itself."""
+    return [v for v in views if any(x.id in of for x in upstream([v]))]
 
 
 def layers(nodes: Sequence[n.Node]) -> list[list[n.Node]]:

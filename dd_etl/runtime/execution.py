@@ -39,7 +39,7 @@ from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.graph import keyed_by
+from dd_etl.plan.graph import dependants, keyed_by
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import Profiler, RunProfile
 from dd_etl.runtime.epochs import epoch_of
@@ -341,7 +341,7 @@ class Interval:
 
     def _iterate(self, loop: n.Iterate) -> DataFrame:
         start = epoch_of(self.rt.trace(loop).state.upper)
-        views = [v for v in self.rt.flow.views if loop.id in {x.id for x in self.rt.upstream_of(v)}]
+        views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]
         run = LoopRun(self.rt, loop, self.delta, views)
         try:
             return run.run(start, self.upper)

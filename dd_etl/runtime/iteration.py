@@ -51,7 +51,7 @@ from dd_etl.operators.iterative import (
 from dd_etl.operators.keys import KeySet
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.iteration import body_of, inner_traces, loop_nest
+from dd_etl.plan.loops import body_of, inner_traces, loop_nest
 from dd_etl.profiling import SPARK, phase, traced
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for

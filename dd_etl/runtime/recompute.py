@@ -20,7 +20,7 @@ from dd_etl.operators.accumulate import ROWS, contributions
 from dd_etl.operators.reduce import AT
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.iteration import loop_nest
+from dd_etl.plan.loops import loop_nest
 from dd_etl.runtime.iteration import LoopDiverged
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for

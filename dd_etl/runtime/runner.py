@@ -22,8 +22,8 @@ from dd_etl.lattice import Antichain, meet_all
 from dd_etl.operators import linear
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow, PlanError
-from dd_etl.plan.graph import layers, trace_key, upstream
-from dd_etl.plan.iteration import inner_traces, loop_nest
+from dd_etl.plan.graph import dependants, layers, stateful, trace_key, upstream
+from dd_etl.plan.loops import inner_traces, loop_nest
 from dd_etl.plan.refresh import RefreshChoice, choose
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
@@ -112,8 +112,7 @@ class Runtime:
         if recomputed is None:
             policies = {v: self.flow.refresh_policy(v).policy for v in self.flow.views}
             recomputed = [v for v, policy in policies.items() if policy == "full"]
-        nodes = upstream(list(roots), recomputed)
-        return [x for x in nodes if x.trace_name is not None]
+        return stateful(list(roots), recomputed)
 
     # ------------------------------------------------------------------ input
 
@@ -214,7 +213,7 @@ class Runtime:
     def dependants(self, views: Sequence[str]) -> list[str]:
         """``views`` and every view that reads one of them, directly or through others."""
         chosen = {self.view(v).id for v in views}
-        return [name for name in self.flow.views if chosen & {x.id for x in self.upstream_of(name)}]
+        return [v.name for v in dependants(list(self.flow.views.values()), chosen)]
 
     def upstream_of(self, view: str) -> list[n.Node]:
         return upstream([self.view(view)])

@@ -13,7 +13,7 @@ from pyspark.sql import Column
 
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Collection
-from dd_etl.plan.iteration import loop_nest
+from dd_etl.plan.loops import loop_nest
 from dd_etl.plan.sql.joins import CROSS_KEY
 
 MAX_TEXT = 90
