@@ -127,7 +127,7 @@ def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Pa
             auto = flow.views["auto_agg"]
             full = flow.views["full_agg"]
             recomputed = {"auto_agg", "full_agg"}
-            mine = private_state(rt, auto, recomputed), private_state(rt, full, recomputed)
+            mine = private_state(flow, auto, recomputed), private_state(flow, full, recomputed)
             assert all(mine), "the recomputed views have operator state of their own"
             dropped = [*mine[0], *mine[1]]
             assert not any((flow.warehouse / str(x.trace_name)).exists() for x in dropped)
@@ -149,7 +149,7 @@ def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Pa
     ]  # fmt: skip
     # An up-to-date recomputed view leaves its dropped state alone; with nothing
     # new, a run does nothing.
-    full_state = private_state(rt, flow.views["full_agg"], {"full_agg"})
+    full_state = private_state(flow, flow.views["full_agg"], {"full_agg"})
     assert full_state
     assert not any((flow.warehouse / str(x.trace_name)).exists() for x in full_state)
     assert rt.run().epochs == 0

@@ -23,40 +23,43 @@ from pyspark.sql import functions as F
 
 from dd_etl.operators import linear
 from dd_etl.plan import nodes as n
+from dd_etl.plan.graph import stateful, upstream
+from dd_etl.runtime.catalog import readable_from
 from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
-    from dd_etl.runtime.runner import Runtime
+    from dd_etl.plan.dataflow import Dataflow
+    from dd_etl.runtime.catalog import TraceCatalog
 
 
-def full_changes(rt: Runtime, view: n.View, start: int, upper: int) -> DataFrame:
+def full_changes(traces: TraceCatalog, view: n.View, start: int, upper: int) -> DataFrame:
     """The view's changes at epochs ``[start, upper)``, by recomputing it at each.
 
     Epochs before the sources' ``since`` cannot be told apart any more: the first
     recompute is at ``since`` and stands for all of them, as an incremental
     rebuild's would."""
-    first = max(start, rt.readable_from(view.name))
-    before = rt.trace(view).read_at((start - 1,)) if start > 0 else _empty(rt, view)
+    first = max(start, readable_from(traces, view))
+    before = traces.trace(view).read_at((start - 1,)) if start > 0 else _empty(traces, view)
     parts: list[DataFrame] = []
     for epoch in range(first, upper):
-        now = recompute(rt, view.name, epoch, read_views=True).localCheckpoint(eager=True)
+        now = recompute(traces, view.name, epoch, read_views=True).localCheckpoint(eager=True)
         parts.append(_at(now, epoch))
         parts.append(_at(linear.negate(before), epoch))
         before = now
     if not parts:
-        return rt.flow.empty_updates(view.schema)
+        return traces.flow.empty_updates(view.schema)
     return linear.consolidate(functools.reduce(DataFrame.unionByName, parts))
 
 
-def pending_records(rt: Runtime, view: n.View) -> tuple[int, int]:
+def pending_records(traces: TraceCatalog, view: n.View) -> tuple[int, int]:
     """Source records at the epochs ``view`` has pending, and before them, as the
     trace logs count them (no Spark job). A merged batch straddling the view's
     upper counts as data: merges only reach back over settled epochs."""
-    start = rt.trace(view).reload().upper
+    start = traces.trace(view).reload().upper
     change = data = 0
-    for source in (x for x in rt.upstream_of(view.name) if isinstance(x, n.Source)):
-        for batch in rt.trace(source).reload().batches:
+    for source in (x for x in upstream([view]) if isinstance(x, n.Source)):
+        for batch in traces.trace(source).reload().batches:
             if start.less_equal(batch.description.lower):
                 change += batch.records
             else:
@@ -64,14 +67,14 @@ def pending_records(rt: Runtime, view: n.View) -> tuple[int, int]:
     return change, data
 
 
-def private_state(rt: Runtime, view: n.View, recomputed: Collection[str]) -> list[n.Node]:
+def private_state(flow: Dataflow, view: n.View, recomputed: Collection[str]) -> list[n.Node]:
     """Operator state only ``view`` uses: upstream of it, not a source or a view,
     and not maintained for any view outside ``recomputed``."""
-    others = [v for v in rt.flow.views if v not in recomputed]
-    used = {x.id for x in rt.stateful_nodes(others, recomputed)}
+    others = [v for name, v in flow.views.items() if name not in recomputed]
+    used = {x.id for x in stateful(others, recomputed)}
     return [
         x
-        for x in rt.upstream_of(view.name)
+        for x in upstream([view])
         if x.trace_name is not None and not isinstance(x, n.Source | n.View) and x.id not in used
     ]
 
@@ -81,5 +84,5 @@ def _at(df: DataFrame, epoch: int) -> DataFrame:
     return df.select(*data, F.lit(epoch).cast("long").alias(TIME), DIFF)
 
 
-def _empty(rt: Runtime, view: n.View) -> DataFrame:
-    return rt.flow.empty_updates(view.schema).drop(TIME)
+def _empty(traces: TraceCatalog, view: n.View) -> DataFrame:
+    return traces.flow.empty_updates(view.schema).drop(TIME)

@@ -59,7 +59,7 @@ from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
 
 if TYPE_CHECKING:
-    from dd_etl.runtime.runner import Runtime
+    from dd_etl.runtime.catalog import TraceCatalog
 
 
 PINNED_HISTORY_RECORDS = 1_000_000
@@ -104,12 +104,12 @@ class LoopRun:
 
     def __init__(
         self,
-        runtime: Runtime,
+        traces: TraceCatalog,
         loop: n.Iterate,
         outer: Callable[[n.Node], DataFrame],
         views: list[str],
     ) -> None:
-        self.rt = runtime
+        self.traces = traces
         self.loop = loop
         self.outer = outer  # the run's changes of a collection outside the loop
         self.views = views
@@ -123,7 +123,7 @@ class LoopRun:
         """No updates of ``node`` inside ``depth`` loops (made once: every round
         asks for them)."""
         if (node.id, depth) not in self._nothing:
-            empty = self.rt.flow.empty_updates(node.schema).select(*node.columns, DIFF)
+            empty = self.traces.flow.empty_updates(node.schema).select(*node.columns, DIFF)
             self._nothing[node.id, depth] = _pad(empty, depth)
         return self._nothing[node.id, depth]
 
@@ -137,7 +137,7 @@ class LoopRun:
         """The loop's output changes at epochs ``[start, upper)``, its inner traces
         appended up to ``upper``."""
         for node in self.traced:  # maintenance elsewhere may have merged batches
-            self.rt.loop_trace(self.loop, node).reload()
+            self.traces.loop_trace(self.loop, node).reload()
         outputs = [self._epoch(e) for e in range(start, upper)]
         return functools.reduce(DataFrame.unionByName, outputs)
 
@@ -148,7 +148,7 @@ class LoopRun:
         leave = self._scope(self.loop, st, (), st.entering)
 
         def append(node: n.Node) -> bool:
-            trace = self.rt.loop_trace(self.loop, node)
+            trace = self.traces.loop_trace(self.loop, node)
             zeros = (0,) * (trace.state.dims - 1)
             updates = st.staged(node).withColumn(TIME, F.lit(e).cast("long"))
             with traced(trace.name):
@@ -401,8 +401,8 @@ class _EpochState:
 
     def _trace(self, node: n.Node) -> DeltaTrace | None:
         if node.id in self.run.nest:
-            return self.run.rt.loop_trace(self.run.loop, node)
-        return None if self.epoch == 0 else self.run.rt.trace(node)
+            return self.run.traces.loop_trace(self.run.loop, node)
+        return None if self.epoch == 0 else self.run.traces.trace(node)
 
     def _read_history(self, node: n.Node, keys: KeySet | None) -> DataFrame:
         trace = self._trace(node)

@@ -27,10 +27,10 @@ from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
-    from dd_etl.runtime.runner import Runtime
+    from dd_etl.runtime.catalog import TraceCatalog
 
 
-def recompute(runtime: Runtime, view: str, at: int, read_views: bool = False) -> DataFrame:
+def recompute(traces: TraceCatalog, view: str, at: int, read_views: bool = False) -> DataFrame:
     """The view at epoch ``at`` as distinct rows with their multiplicity ``_diff``.
 
     ``read_views``: the views it reads are read from their traces (up to date
@@ -47,13 +47,13 @@ def recompute(runtime: Runtime, view: str, at: int, read_views: bool = False) ->
         if isinstance(node, n.Source) or (
             read_views and isinstance(node, n.View) and node.name != view
         ):
-            trace = runtime.trace(node)
+            trace = traces.trace(node)
             trace.reload()  # maintenance elsewhere may have merged (and vacuumed) batches
             return trace.read_at((at,))
         if isinstance(node, n.Arrange | n.View):
             return evaluate(ins[0])
         if isinstance(node, n.Constant):
-            return runtime.flow.constant_updates(node).drop(TIME)
+            return traces.flow.constant_updates(node).drop(TIME)
         done = apply_linear(node, evaluate)
         if done is not None:
             return done
@@ -111,6 +111,6 @@ def recompute(runtime: Runtime, view: str, at: int, read_views: bool = False) ->
             x = after
         raise LoopDiverged([view], at, loop.limit)
 
-    if view not in runtime.flow.views:
-        raise PlanError(f"unknown view {view!r}; views are {sorted(runtime.flow.views)}")
-    return linear.consolidate(evaluate(runtime.flow.views[view]))
+    if view not in traces.flow.views:
+        raise PlanError(f"unknown view {view!r}; views are {sorted(traces.flow.views)}")
+    return linear.consolidate(evaluate(traces.flow.views[view]))

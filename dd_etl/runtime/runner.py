@@ -25,6 +25,7 @@ from dd_etl.plan.dataflow import Dataflow, PlanError
 from dd_etl.plan.graph import dependants, layers, stateful, trace_key, upstream
 from dd_etl.plan.loops import inner_traces, loop_nest
 from dd_etl.plan.refresh import RefreshChoice, choose
+from dd_etl.runtime.catalog import readable_from
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
 from dd_etl.runtime.full_refresh import pending_records, private_state
@@ -219,10 +220,8 @@ class Runtime:
         return upstream([self.view(view)])
 
     def readable_from(self, view: str) -> int:
-        """The first epoch ``view`` can be recomputed as of: its sources' history
-        before their ``since`` is compacted, so no recomputation can tell it apart."""
-        sources = [x for x in self.upstream_of(view) if isinstance(x, n.Source)]
-        return max((self.trace(s).reload().since.epoch_bound() or 0 for s in sources), default=0)
+        """The first epoch ``view`` can be recomputed as of (``catalog.readable_from``)."""
+        return readable_from(self, self.view(view))
 
     def rebuild(self, views: Sequence[str]) -> list[str]:
         """Discard the results of ``views`` and of the views that read them, so the next
@@ -247,7 +246,7 @@ class Runtime:
         """Drop the operator state of recomputed views that no maintained view
         shares: left behind, it would hold the sources' compaction back."""
         for name in recomputed:
-            for node in private_state(self, self.flow.views[name], recomputed):
+            for node in private_state(self.flow, self.flow.views[name], recomputed):
                 self.discard(node)
 
     def discard(self, node: n.Node) -> None:
