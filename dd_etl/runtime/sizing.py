@@ -12,9 +12,9 @@ one task without being counted first. Its history lookups read only the rows of
 the keys the change touched, in the driver (``trace/arrow_files.py``), rather
 than have Spark scan whole files; the batches it appended are read back in the
 driver too, and every read is one partition, so the job is one stage: no
-exchange, no file listing or scan set-up per read. A large interval (an initial load, a
-backfill, a large change) keeps the session's own settings, which are the right
-ones there.
+exchange, no file listing or scan set-up per read. A large interval (an initial
+load, a backfill, a large change) keeps the session's own settings, which are
+the right ones there.
 
 Which one applies is decided from the trace logs alone (no Spark job): the
 source records the run takes in, plus the sources a recomputed view reads in full.
@@ -53,8 +53,8 @@ SMALL = Sizing(
         "spark.sql.shuffle.partitions": "1",
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-        # one-partition inputs stay one partition through joins, whatever size
-        # Spark's estimates (which multiply across joins) give them
+        # one-partition join inputs stay one partition up to any size Spark
+        # estimates for them (its estimates of a join of joins pass even this)
         "spark.sql.maxSinglePartitionBytes": str(2**63 - 1),
     },
     one_task_writes=True,
