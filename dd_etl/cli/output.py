@@ -8,12 +8,16 @@ import datetime as dt
 import decimal
 import json
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from dd_etl.cli.render import err
+
+if TYPE_CHECKING:
+    from dd_etl.trace.maintenance import MaintenanceReport
 
 # Not a terminal (a pipe, a file): wide enough that tables keep whole names.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -76,3 +80,16 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title:
         table.add_row(*[plain(v) if v is not None else "NULL" for v in r])
     out.print(table)
     err.print(f"{len(rows)} rows", highlight=False)
+
+
+def print_maintenance(reports: Sequence[MaintenanceReport], by_path: bool = False) -> None:
+    """What maintenance did per trace, named by trace name or (``by_path``) location."""
+    table = Table("trace", "batches", "records", "files removed")
+    for r in reports:
+        table.add_row(
+            r.path if by_path else r.trace,
+            f"{r.batches_before} → {r.batches_after}",
+            f"{r.records_before} → {r.records_after}",
+            str(r.files_removed),
+        )
+    out.print(table)

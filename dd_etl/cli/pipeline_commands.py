@@ -16,7 +16,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dd_etl.cli.output import orderable, out, print_rows
+from dd_etl.cli.output import orderable, out, print_maintenance, print_rows
 from dd_etl.cli.render import err, fail
 
 if TYPE_CHECKING:
@@ -213,15 +213,7 @@ def compact(
     c = loaded.config.compaction
     spark = session_for(loaded)
     reports = maintain_warehouse(spark, warehouse_of(loaded), fuel or c.fuel, c.retention_hours)
-    table = Table("trace", "batches", "records", "files removed")
-    for r in reports:
-        table.add_row(
-            r.trace,
-            f"{r.batches_before} → {r.batches_after}",
-            f"{r.records_before} → {r.records_after}",
-            str(r.files_removed),
-        )
-    out.print(table)
+    print_maintenance(reports)
 
 
 @app.command()

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from dd_etl.cli.output import out, print_maintenance
+
 app = typer.Typer(no_args_is_help=True, help="Inspect and maintain one trace.")
-out = Console()
 
 
 @app.command("status")
@@ -103,12 +103,4 @@ def trace_maintain(
     from dd_etl.trace.maintenance import maintain_warehouse
 
     reports = maintain_warehouse(session("dd_etl-maintain"), warehouse, fuel, retention_hours)
-    table = Table("trace", "batches", "records", "files removed")
-    for r in reports:
-        table.add_row(
-            r.path,
-            f"{r.batches_before} → {r.batches_after}",
-            f"{r.records_before} → {r.records_after}",
-            str(r.files_removed),
-        )
-    out.print(table)
+    print_maintenance(reports, by_path=True)
