@@ -4,19 +4,32 @@ from the log alone, file pruning, idempotent commits, racing writers, vacuum."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DateType,
+    DecimalType,
+    LongType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from dd_etl.lattice import Antichain
 from dd_etl.trace import delta_log, spark_files
 from dd_etl.trace.batch import DataFile
+from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.trace import Trace
@@ -315,3 +328,46 @@ def test_driver_lookups_read_the_rows_of_the_touched_keys_only(
         (250, "y"): 1,
     }
     assert contents(trace.read_at((2,), keys=probe, key_hashes=[])) == {}
+
+
+def test_files_written_by_the_driver_and_by_spark_read_back_alike(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A batch of one file's worth is written by the driver, a larger one by Spark,
+    and they store timestamps differently: every read sees the same values."""
+    schema = StructType(
+        [
+            StructField("k", LongType()),
+            StructField("at", TimestampType()),
+            StructField("day", DateType()),
+            StructField("price", DecimalType(12, 2)),
+        ]
+    )
+    trace = DeltaTrace.create(spark, str(tmp_path / "t"), "t", schema, ["k"], rows_per_file=2)
+    trace.register_reader("r")
+    start = dt.datetime(2026, 3, 29, 1, 30, 0, 123456)
+    rows = [
+        (k, start + dt.timedelta(hours=k), dt.date(2026, 1, 1 + k), Decimal(f"{k}.25"))
+        for k in range(5)
+    ]
+    updates = [*schema.fieldNames(), TIME, DIFF]
+    for epoch, batch in enumerate([rows[:2], rows[2:]]):  # 2 rows: driver; 3: Spark
+        df = spark.createDataFrame([(*r, epoch, 1) for r in batch], [*updates])
+        trace.compare_and_append(df.select(*[F.col(c) for c in updates]), e(epoch), e(epoch + 1))
+    writers = {
+        pq.ParquetFile(tmp_path / "t" / f.path).metadata.created_by.split()[0]
+        for f in trace.files()
+    }
+    assert writers == {"parquet-cpp-arrow", "parquet-mr"}
+    expected = {r: 1 for r in rows}
+
+    def read(local: bool) -> dict[tuple[object, ...], int]:
+        trace.local_reads = local
+        return {tuple(r[:4]): r[4] for r in trace.read_at((1,)).collect()}
+
+    assert read(local=False) == expected
+    assert read(local=True) == expected
+    trace.downgrade_reader("r", e(1), e(2))
+    trace.exert(None)  # the merge reads both kinds of file
+    assert len(trace.state.batches) == 1
+    assert read(local=False) == read(local=True) == expected

@@ -1,4 +1,4 @@
-"""A run's cost is recorded, and a small change costs one Spark job per trace.
+"""A run's cost is recorded, and a small change costs one Spark job per layer of traces.
 
 The job counts are pinned: they are deterministic for a dataflow, its data and
 its sizing, and a change that makes a small epoch launch more jobs (a counting
@@ -22,6 +22,7 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
+from dd_etl.runtime.execution import LAYER_LABEL
 
 pytestmark = pytest.mark.spark
 
@@ -102,7 +103,7 @@ def contents(rt: Runtime, view: str) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(r) for r in rt.read(view).collect())
 
 
-def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_path: Path) -> None:
     rt = build(spark, tmp_path / "warehouse")
     load(spark, rt, 60)
     first = rt.run()
@@ -114,10 +115,8 @@ def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_p
     assert profile is not None
     assert profile.sizing == "small"
     maintained = {x.trace_name for x in rt.stateful_nodes()}
-    assert set(profile.traces) == maintained
     # sources are read from their committed batches, and the zones did not change:
-    # no job for them or for what only they feed; every other trace is computed and
-    # written by exactly one
+    # nothing is computed for them or for what only they feed
     only_zones = {
         x.trace_name for x in rt.stateful_nodes() if {s.name for s in sources_of(x)} == {"zones"}
     }
@@ -125,31 +124,42 @@ def test_a_small_change_costs_one_spark_job_per_trace(spark: SparkSession, tmp_p
     assert len(only_zones) == 2
     # nor for the routes view: every zone still has trips, so the DISTINCT below it
     # wrote an empty batch
-    jobs = {name: cost.spark_jobs for name, cost in profile.traces.items()}
     idle = only_zones | {"sources/trips", "views/routes"}
-    assert jobs == {name: 0 if name in idle else 1 for name in maintained}
-    assert profile.spark_jobs == len(maintained) - 4 == 13
+    # one Spark job per layer computes the batches of its traces, and none computes
+    # or counts anything for a trace on its own
+    layers = [{x.trace_name for x in layer} for layer in rt.layers()]
+    computed = {f"{LAYER_LABEL}/{d}" for d, layer in enumerate(layers) if layer - idle}
+    assert set(profile.traces) == maintained | computed
+    jobs = {name: cost.spark_jobs for name, cost in profile.traces.items()}
+    assert jobs == {name: 1 if name in computed else 0 for name in maintained | computed}
+    assert profile.spark_jobs == len(computed) == 7
+    assert len(maintained - idle) == 13
     # and each job is one stage: every read is one partition, which stays one partition
-    # through the plan, so nothing is shuffled; but for the borough sums behind the
-    # join of joins, where Spark's size estimates (products across joins) outgrow
-    # what it keeps in one partition
-    stages = {name: cost.spark_stages for name, cost in profile.traces.items() if name not in idle}
-    shuffled = {name for name, n_stages in stages.items() if n_stages > 1}
-    assert shuffled == {
+    # through the plan, so nothing is shuffled; but in the layer of the borough sums
+    # behind the join of joins, where Spark's size estimates (products across joins)
+    # outgrow what it keeps in one partition
+    borough_sums = {
         x.trace_name
         for x in rt.stateful_nodes()
         if isinstance(x, n.Accumulate) and any(s.name == "zones" for s in sources_of(x))
     }
-    assert profile.spark_stages == 12 + 11
+    shuffled = {d for d, layer in enumerate(layers) if layer & borough_sums}
+    stages = {name: profile.traces[name].spark_stages for name in computed}
+    assert stages == {
+        f"{LAYER_LABEL}/{d}": 11 if d in shuffled else 1
+        for d in range(len(layers))
+        if f"{LAYER_LABEL}/{d}" in computed
+    }
+    assert profile.spark_stages == 6 + 11
     assert set(profile.phases) == set(PHASES) - {"sinks"}
-    assert all(c.phases[DELTA_LOG] > 0 for c in profile.traces.values())
-    assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in maintained - idle)
+    assert all(profile.traces[t].phases[DELTA_LOG] > 0 for t in maintained)
+    assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in computed)
     # every reduction read the history of the keys it touched in the driver
     reductions = {x.trace_name for x in rt.stateful_nodes() if isinstance(x, n.Reduce)} - idle
     assert len(reductions) == 4
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
-    assert "13 Spark jobs" in text and "views/zone_stats" in text
+    assert "7 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
 
 
 def test_large_and_small_sizings_compute_the_same_views(

@@ -29,7 +29,8 @@ def uninterrupted(
 
 
 @pytest.mark.parametrize(
-    "failpoint", ["append.committed=9", "append.files_written=12", "append.committed=16"]
+    "failpoint",
+    ["append.committed=9", "append.files_written=12", "layer.collected=6", "append.committed=16"],
 )
 def test_a_killed_run_recovers_to_the_uninterrupted_result(
     spark: SparkSession,

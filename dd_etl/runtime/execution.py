@@ -6,11 +6,14 @@
    is refreshed (incrementally, or recomputed in full);
 2. find the pending interval ``[lower, upper)``: ``upper`` the meet of the
    sources' uppers, ``lower`` the least upper of the traces to maintain;
-3. size the interval from the trace logs (no Spark job): a small one runs each
-   trace's plan as one Spark job and looks up history in the driver;
+3. size the interval from the trace logs (no Spark job): a small one looks up
+   history in the driver and runs one Spark job per layer;
 4. bring the traces up to date layer by layer, the traces of a layer side by
-   side (``Interval``); each appends its batch for ``[its upper, upper)`` with
-   compare-and-append, then reads the interval back from the committed files;
+   side (``Interval``): each plans its batch for ``[its upper, upper)``; in a
+   small interval one Spark job computes the layer's batches into the driver
+   (``collect_batches``), in a large one each trace's append is a job of its
+   own; each trace appends with its own compare-and-append, then reads the
+   interval back from the committed files;
 5. move the runtime's holds on every trace to ``upper - 1``.
 
 Every node that keeps a trace appends its changes before anything downstream
@@ -19,7 +22,8 @@ computed twice. A crash anywhere leaves each trace either before or after its
 append; the next run starts from the least upper and recomputes only what is
 missing (the changes are a deterministic function of the inputs before
 ``upper``, DESIGN invariant 5), and appends that were already committed are
-no-ops.
+no-ops. That holds inside a layer too: a crash after its Spark job, or after
+some of its traces committed, leaves the others to the next run.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.delta_query import delta_query
@@ -41,15 +46,16 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.graph import dependants, keyed_by
 from dd_etl.plan.refresh import RefreshChoice
-from dd_etl.profiling import Profiler, RunProfile
+from dd_etl.profiling import SPARK, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.full_refresh import full_changes
 from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import for_records
+from dd_etl.trace.arrow_files import collect_each
 from dd_etl.trace.columns import DIFF, TIME
-from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
 
 if TYPE_CHECKING:
     from dd_etl.runtime.runner import Runtime
@@ -113,10 +119,19 @@ def _execute(
     # 3. its size, from the trace logs
     sizing = for_records(records_read(rt, chosen, unmaintained, full, lower))
     profiler.sizing = sizing.name
-    interval = Interval(rt, lower, upper, full, sizing.driver_lookups)
+    interval = Interval(rt, lower, upper, full, sizing.driver_rows)
     with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
-        # 4. layer by layer. Traces of one depth depend only on shallower ones: write
-        # them side by side, so Spark overlaps their small jobs.
+        # 4. layer by layer. Traces of one depth depend only on shallower ones: plan
+        # them side by side; in a small interval one Spark job computes all their
+        # batches, else each is its own job and Spark overlaps them.
+        def plan(node: n.Node) -> Append | None:
+            with profiler.trace(_label(node)):
+                return interval.plan(node)
+
+        def append(planned: tuple[Append, CollectedBatch | None]) -> None:
+            with profiler.trace(_label(planned[0].node)):
+                interval.append(*planned)
+
         def bring(node: n.Node) -> None:
             with profiler.trace(_label(node)):
                 interval.delta(node)
@@ -127,7 +142,15 @@ def _execute(
             with profiler.trace(_label(node)):
                 rt.release(node, upper)
 
-        for layer in rt.layers(chosen, unmaintained):
+        for depth, layer in enumerate(rt.layers(chosen, unmaintained)):
+            if sizing.driver_rows:
+                appends = [a for a in pool.map(plan, layer) if a is not None]
+                batches: list[CollectedBatch | None] = [None] * len(appends)
+                if any(a.changes is not None for a in appends):
+                    with profiler.trace(f"{LAYER_LABEL}/{depth}"):
+                        batches = collect_batches(appends)
+                    failpoint("layer.collected")
+                list(pool.map(append, zip(appends, batches, strict=True)))
             list(pool.map(bring, layer))
         # 5. holds released: history before upper - 1 may be compacted
         list(pool.map(release, rt.stateful_nodes(chosen, unmaintained)))
@@ -158,6 +181,39 @@ def _label(node: n.Node) -> str:
     return node.trace_name or node.id
 
 
+LAYER_LABEL = "layers"
+"""Profile label of the Spark job computing a layer's batches (``layers/<depth>``)."""
+
+
+@dataclass(frozen=True)
+class Append:
+    """A trace's batch for ``[lower, upper)``, planned and not yet written."""
+
+    node: n.Node
+    trace: DeltaTrace
+    lower: Antichain
+    upper: Antichain
+    changes: DataFrame | None  # None: surely empty, its inputs have no changes
+
+
+def collect_batches(appends: Sequence[Append]) -> list[CollectedBatch | None]:
+    """The batches of ``appends``, computed by one Spark job and held by the driver
+    (None for an empty one, and for one of more than a file's worth, which its
+    trace then writes with Spark on its own)."""
+    planned = {
+        i: (a.trace.batch_plan(a.changes), a.trace.delta_storage.rows_per_file)
+        for i, a in enumerate(appends)
+        if a.changes is not None
+    }
+    with phase(SPARK):
+        tables = collect_each([df for df, _ in planned.values()], [m for _, m in planned.values()])
+    collected = dict(zip(planned, tables, strict=True))
+    return [
+        None if (table := collected.get(i)) is None else CollectedBatch(table)
+        for i in range(len(appends))
+    ]
+
+
 class Interval:
     """The changes of every node for one run's interval ``[lower, upper)``."""
 
@@ -185,28 +241,45 @@ class Interval:
             self._deltas[node.id] = self._compute(node)
         return self._deltas[node.id]
 
-    def _from_trace(self, node: n.Node, compute: Callable[[], DataFrame] | None) -> DataFrame:
+    def plan(self, node: n.Node) -> Append | None:
+        """The batch ``node``'s trace appends for the interval, planned; None when
+        there is none to append (a source, or a trace that already holds it)."""
+        if node.trace_name is None:
+            return None
         trace = self.rt.trace(node)
         start = epoch_of(trace.state.upper)  # fresh: pending() reloaded every trace
-        if compute is not None and start < self.upper:
-            lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
-            if self._unchanged_inputs(node):
-                # nothing in, nothing out: an empty batch, committed without a Spark job
-                appended = trace.compare_and_append(
-                    self.rt.flow.empty_updates(node.schema), lower, upper, at_most=0
-                )
-            else:
-                changes = compute().where(F.col(TIME) >= start)
-                appended = trace.compare_and_append(changes, lower, upper)
-            if appended:
-                # the new batch, unless back-pressure already merged it away
-                self.written[node.id] = sum(
-                    b.records
-                    for b in trace.state.batches
-                    if b.description.lower == lower and b.description.upper == upper
-                )
+        compute = self._changes(node, start)
+        if compute is None or start >= self.upper:
+            return None
+        lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
+        if self._unchanged_inputs(node):
+            return Append(node, trace, lower, upper, None)
+        return Append(node, trace, lower, upper, compute().where(F.col(TIME) >= start))
+
+    def append(self, planned: Append, collected: CollectedBatch | None = None) -> None:
+        """Append a planned batch, computed already when ``collected`` is given."""
+        node, trace, lower, upper = planned.node, planned.trace, planned.lower, planned.upper
+        if planned.changes is None:
+            # nothing in, nothing out: an empty batch, committed without a Spark job
+            empty = self.rt.flow.empty_updates(node.schema)
+            appended = trace.compare_and_append(empty, lower, upper, at_most=0)
+        else:
+            batch = planned.changes if collected is None else collected
+            appended = trace.compare_and_append(batch, lower, upper)
+        if appended:
+            # the new batch, unless back-pressure already merged it away
+            self.written[node.id] = sum(
+                b.records
+                for b in trace.state.batches
+                if b.description.lower == lower and b.description.upper == upper
+            )
+
+    def _from_trace(self, node: n.Node) -> DataFrame:
+        planned = self.plan(node)
+        if planned is not None:
+            self.append(planned)
         # only files that can hold the interval's times: the batches this run appended
-        df = trace.updates(at=(self.upper - 1,), since=(self.lower,))
+        df = self.rt.trace(node).updates(at=(self.upper - 1,), since=(self.lower,))
         df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
         return df.select(*node.columns, TIME, DIFF)
 
@@ -266,8 +339,8 @@ class Interval:
 
     def _compute(self, node: n.Node) -> DataFrame:
         ins = node.inputs
-        if isinstance(node, n.Source):
-            return self._from_trace(node, None)
+        if node.trace_name is not None:
+            return self._from_trace(node)
         if isinstance(node, n.Constant):
             if self.lower > 0:
                 return self.rt.flow.empty_updates(node.schema)
@@ -275,11 +348,6 @@ class Interval:
         done = apply_linear(node, self.delta)
         if done is not None:
             return done
-        if isinstance(node, n.View) and node.name in self.recomputed:
-            start = epoch_of(self.rt.trace(node).state.upper)
-            return self._from_trace(node, lambda: full_changes(self.rt, node, start, self.upper))
-        if isinstance(node, n.Arrange | n.View):
-            return self._from_trace(node, lambda: self.delta(ins[0]))
         if isinstance(node, n.Join):
             left, right = ins
             probes = keyed_by(left, node.left_key) and keyed_by(right, node.right_key)
@@ -306,41 +374,46 @@ class Interval:
                 node.columns,
                 self.lower - 1,
             )
+        raise PlanError(f"no runtime rule for operator {type(node).__name__}")
+
+    def _changes(self, node: n.Node, start: int) -> Callable[[], DataFrame] | None:
+        """How the changes a trace node appends from epoch ``start`` (its trace's
+        upper) to the interval's upper are computed; None for a source's, which
+        are appended by whoever feeds it."""
+        ins = node.inputs
+        if isinstance(node, n.Source):
+            return None
+        if isinstance(node, n.View) and node.name in self.recomputed:
+            return lambda: full_changes(self.rt, node, start, self.upper)
+        if isinstance(node, n.Arrange | n.View):
+            return lambda: self.delta(ins[0])
         if isinstance(node, n.Accumulate):
             # Continue from the sums the trace holds, not from the run's lower: adding
             # earlier epochs again, in another order, can change a float sum's last
             # bits, and the retraction of the stored row would then not match it.
-            start = epoch_of(self.rt.trace(node).state.upper)
-            return self._from_trace(
-                node,
-                lambda: delta_accumulate(
-                    self.delta(ins[0]).where(F.col(TIME) >= start),
-                    self.history(node, start),
-                    node.key,
-                    node.values,
-                ),
+            return lambda: delta_accumulate(
+                self.delta(ins[0]).where(F.col(TIME) >= start),
+                self.history(node, start),
+                node.key,
+                node.values,
             )
         if isinstance(node, n.Reduce):
             reducer = reducer_for(node)
             probe = ins[0] if keyed_by(ins[0], node.key) else None
-            return self._from_trace(
-                node,
-                lambda: delta_reduce(
-                    self.delta(ins[0]),
-                    self.history(ins[0], probe=probe),
-                    self.history(node, probe=probe),
-                    node.key,
-                    node.columns,
-                    reducer,
-                    self.lower - 1,
-                ),
+            return lambda: delta_reduce(
+                self.delta(ins[0]),
+                self.history(ins[0], probe=probe),
+                self.history(node, probe=probe),
+                node.key,
+                node.columns,
+                reducer,
+                self.lower - 1,
             )
         if isinstance(node, n.Iterate):
-            return self._from_trace(node, lambda: self._iterate(node))
+            return lambda: self._iterate(node, start)
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
 
-    def _iterate(self, loop: n.Iterate) -> DataFrame:
-        start = epoch_of(self.rt.trace(loop).state.upper)
+    def _iterate(self, loop: n.Iterate, start: int) -> DataFrame:
         views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]
         run = LoopRun(self.rt, loop, self.delta, views)
         try:

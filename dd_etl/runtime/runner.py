@@ -189,8 +189,8 @@ class Runtime:
             use(LARGE)
 
     def _sized_trace(self, trace: DeltaTrace) -> DeltaTrace:
-        trace.delta_storage.one_task_writes = self._sizing.one_task_writes
-        trace.local_reads = self._sizing.local_reads
+        trace.delta_storage.one_task_writes = self._sizing.driver_rows
+        trace.local_reads = self._sizing.driver_rows
         return trace
 
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:

@@ -7,14 +7,14 @@ changed rows of a typical epoch that turns every operator into a dozen jobs of
 fixed cost and nothing to gain; and compiling each plan to Java code costs more
 than interpreting it over a few thousand rows. A small interval therefore runs
 with adaptive execution off, no automatic broadcasts, one shuffle partition and
-no code generation, so each trace's plan is one job, and its batch is written by
-one task without being counted first. Its history lookups read only the rows of
-the keys the change touched, in the driver (``trace/arrow_files.py``), rather
-than have Spark scan whole files; the batches it appended are read back in the
-driver too, and every read is one partition, so the job is one stage: no
-exchange, no file listing or scan set-up per read. A large interval (an initial
-load, a backfill, a large change) keeps the session's own settings, which are
-the right ones there.
+no code generation. Its history lookups read only the rows of the keys the change
+touched, in the driver (``trace/arrow_files.py``), rather than have Spark scan
+whole files; the batches it appended are read back in the driver too, and every
+read is one partition, so each trace's plan is one stage: no exchange, no file
+listing or scan set-up per read. One Spark job computes the batches of all traces
+of a layer, with no job counting them, and the driver writes them. A large
+interval (an initial load, a backfill, a large change) keeps the session's own
+settings, which are the right ones there.
 
 Which one applies is decided from the trace logs alone (no Spark job): the
 source records the run takes in, plus the sources a recomputed view reads in full.
@@ -36,13 +36,12 @@ SMALL_INTERVAL_RECORDS = 200_000
 class Sizing:
     name: str
     conf: Mapping[str, str] = field(default_factory=dict)
-    one_task_writes: bool = False
-    """Appended batches written by one sorted task, not counted first."""
-    driver_lookups: bool = False
-    """History lookups read the touched keys' rows in the driver."""
-    local_reads: bool = False
-    """Trace reads of few records made in the driver, every read in one partition
-    (``DeltaTrace.local_reads``): each trace's plan runs as one stage."""
+    driver_rows: bool = False
+    """The interval's rows pass through the driver: history lookups read the
+    touched keys' rows there, appended batches are read back there and every read
+    is one partition (``DeltaTrace.local_reads``), so each trace's plan runs as one
+    stage; one Spark job computes the batches of a layer of traces, which the
+    driver writes (``DeltaStorage.one_task_writes`` for any other append)."""
 
 
 SMALL = Sizing(
@@ -57,9 +56,7 @@ SMALL = Sizing(
         # estimates for them (its estimates of a join of joins pass even this)
         "spark.sql.maxSinglePartitionBytes": str(2**63 - 1),
     },
-    one_task_writes=True,
-    driver_lookups=True,
-    local_reads=True,
+    driver_rows=True,
 )
 LARGE = Sizing("large")
 

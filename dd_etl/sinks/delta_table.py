@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from dd_etl.arrow_schema import arrow_schema
 from dd_etl.failpoints import failpoint
 
 EPOCH_META = "dd_etl.epoch"
@@ -39,7 +39,7 @@ class SinkTable:
             assert self.schema is not None, "creating a sink table needs its schema"
             Path(self.uri).mkdir(parents=True, exist_ok=True)
             DeltaTable.create(
-                self.uri, to_arrow_schema(self.schema), mode="ignore", name=Path(self.uri).name
+                self.uri, arrow_schema(self.schema), mode="ignore", name=Path(self.uri).name
             )
         return DeltaTable(self.uri)
 

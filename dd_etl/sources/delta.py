@@ -18,9 +18,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import HistoryLost, SourceError
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
@@ -187,7 +188,7 @@ class DeltaSource:
                 f"its change data feed for versions {start}..{end} cannot be read ({e})",
             ) from None
         names = schema.fieldNames()
-        target = to_arrow_schema(schema)
+        target = arrow_schema(schema)
         # delta-rs hands out string_view; Spark wants plain strings
         data = feed.select(names).cast(target)
         kinds = feed.column(CHANGE_TYPE).cast(pa.string())

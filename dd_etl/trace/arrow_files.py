@@ -13,18 +13,28 @@ plan whose inputs are all local relations needs no file listing and no scan
 set-up per read. Files are read one at a time and only their matching rows
 kept, so the driver holds one file plus the result; a read keeping more than
 ``DRIVER_KEPT_RECORDS`` rows is left to a Spark scan instead.
+
+Writes of one file's worth go the other way: Spark computes the batch and hands
+it to the driver as Arrow, which writes the file. A Spark file write pays for a
+commit protocol (temporary directories, renames, markers) that a batch file,
+referenced only once its trace's log commits it, does not need; and the batches
+of several traces are computed by one Spark job (``collect_each``), where each
+would be a job of its own, of fixed cost, if Spark wrote it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import reduce
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.trace import spark_files
 from dd_etl.trace.batch import DataFile
@@ -73,10 +83,55 @@ def read_rows(
         parts.append(table.select(schema.fieldNames()))
     if not parts:
         return spark.createDataFrame([], schema)
-    # files written by appends and by merges may differ in which columns they
-    # declare nullable; the values are the same types
-    table = pa.concat_tables(parts, promote_options="default")
+    # Files written by Spark and by the driver store some types differently
+    # (timestamps as INT96 or as microseconds), and declare nullability as
+    # their writer saw it: read back, all are the stored schema's Arrow types.
+    types = arrow_schema(schema)
+    table = pa.concat_tables([t.cast(types) for t in parts])
     return spark.createDataFrame(table, schema)
+
+
+def collect_each(dfs: Sequence[DataFrame], at_most: Sequence[int]) -> list[pa.Table | None]:
+    """The rows of each of ``dfs`` in the driver, in its order, or None for one with
+    more rows than its ``at_most``: all in one Spark job, which brings at most
+    ``at_most + 1`` rows of each to the driver.
+
+    Each DataFrame must be one partition (its order is kept). They are tagged and
+    side by side in one wide union, each in columns of its own, so none of their
+    types has to be converted to pass through.
+    """
+    if not dfs:
+        return []
+    tagged = [
+        df.limit(limit + 1)
+        .toDF(*[_slot(i, j) for j in range(len(df.columns))])
+        .withColumn(_PART, F.lit(i))
+        for i, (df, limit) in enumerate(zip(dfs, at_most, strict=True))
+    ]
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+    table = union.toArrow()
+    out: list[pa.Table | None] = []
+    for i, (df, limit) in enumerate(zip(dfs, at_most, strict=True)):
+        part = table.filter(pc.equal(table.column(_PART), i))
+        rows = part.select([_slot(i, j) for j in range(len(df.columns))]).rename_columns(df.columns)
+        out.append(rows if rows.num_rows <= limit else None)
+    return out
+
+
+_PART = "__part"
+
+
+def _slot(part: int, column: int) -> str:
+    return f"__{part}_{column}"
+
+
+def write_file(root: str, directory: str, table: pa.Table) -> None:
+    """Write ``table`` as the one file of ``root/directory`` (none if empty)."""
+    if table.num_rows == 0:
+        return
+    target = Path(root) / directory
+    target.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, target / "part-00000.parquet")
 
 
 def _at_or_after(table: pa.Table, times: Sequence[str], since: Time) -> pa.Array:

@@ -18,13 +18,15 @@ import shutil
 import uuid
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, StructType
 
+from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
 from dd_etl.trace import arrow_files, delta_log, spark_files
@@ -48,6 +50,15 @@ KEY_PRUNING_LIMIT = 100_000
 """Up to this many distinct probe keys, lookups collect key hashes and prune files."""
 
 
+@dataclass(frozen=True)
+class CollectedBatch:
+    """A batch Spark computed and the driver holds, as ``DeltaTrace.batch_plan``
+    lays it out (consolidated, in the stored layout, sorted by key hash): writing
+    it is writing its file, with no Spark job."""
+
+    rows: pa.Table
+
+
 class DeltaStorage:
     def __init__(
         self, spark: SparkSession, uri: str, rows_per_file: int = spark_files.ROWS_PER_FILE
@@ -56,10 +67,11 @@ class DeltaStorage:
         self.uri = uri
         self.rows_per_file = rows_per_file
         self.one_task_writes = False
-        """Write appends of unknown size in one task sorted by key hash, split into
-        files by record count: no job counts them first, and the files still cover
-        consecutive hash ranges. Right for the small intervals of incremental runs;
-        large ones are counted, to be written by many tasks at once."""
+        """Write appends of unknown size without a job counting them first: one
+        file's worth is collected to the driver, more is written by one Spark task
+        sorted by key hash and split into files by record count (the files still
+        cover consecutive hash ranges). Right for the small intervals of incremental
+        runs; large ones are counted, to be written by many tasks at once."""
 
     def load(self) -> Snapshot:
         with phase(DELTA_LOG):
@@ -70,10 +82,16 @@ class DeltaStorage:
             return delta_log.commit(self.uri, expected_version, commit)
 
     def write_batch(
-        self, state: TraceState, batch_id: str, updates: DataFrame, at_most: int | None = None
+        self,
+        state: TraceState,
+        batch_id: str,
+        updates: DataFrame | CollectedBatch,
+        at_most: int | None = None,
     ) -> list[DataFile]:
         if at_most == 0:
             return []
+        if isinstance(updates, CollectedBatch):
+            return self._write_collected(state, batch_dir(batch_id), updates.rows)
         stored = spark_files.to_stored(state, updates)
         if at_most is None and self.one_task_writes:
             return self._write(state, batch_id, stored, None)
@@ -92,10 +110,26 @@ class DeltaStorage:
     def _write(
         self, state: TraceState, batch_id: str, stored: DataFrame, records: int | None
     ) -> list[DataFile]:
-        directory = batch_dir(batch_id)
+        return self._write_files(state, batch_dir(batch_id), stored, records)
+
+    def _write_files(
+        self, state: TraceState, directory: str, stored: DataFrame, records: int | None
+    ) -> list[DataFile]:
+        """Write ``stored`` (of about ``records`` records, if known) under ``directory``:
+        one file's worth is collected and written by the driver, more by Spark."""
+        if records is None or records <= self.rows_per_file:
+            consolidated = spark_files.consolidate(stored, 1)
+            with phase(SPARK):
+                [table] = arrow_files.collect_each([consolidated], [self.rows_per_file])
+            if table is not None:
+                return self._write_collected(state, directory, table)
         return spark_files.write_files(
             self.spark, self.uri, directory, state, stored, records, self.rows_per_file
         )
+
+    def _write_collected(self, state: TraceState, directory: str, rows: pa.Table) -> list[DataFile]:
+        arrow_files.write_file(self.uri, directory, rows)
+        return spark_files.describe_files(self.uri, directory, state)
 
     def merge_slice(
         self, state: TraceState, merge: Merge, inputs: Sequence[DataFile], hashes: HashRange
@@ -109,9 +143,7 @@ class DeltaStorage:
         # one directory per attempt: a crashed attempt's files never mix with a retry's
         attempt = uuid.uuid4().hex[:8]
         directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}-{attempt}"
-        return spark_files.write_files(
-            self.spark, self.uri, directory, state, df, estimate, self.rows_per_file
-        )
+        return self._write_files(state, directory, df, estimate)
 
     def discard(self, files: Sequence[DataFile]) -> None:
         spark_files.remove_files(self.uri, files)
@@ -120,7 +152,7 @@ class DeltaStorage:
         return (Path(self.uri) / file.path).exists()
 
 
-class DeltaTrace(Trace[DataFrame]):
+class DeltaTrace(Trace[DataFrame | CollectedBatch]):
     """A trace stored as a Delta table; updates go in and come out as Spark DataFrames."""
 
     def __init__(
@@ -153,8 +185,13 @@ class DeltaTrace(Trace[DataFrame]):
             raise TraceError(f"trace {name!r}: key columns {unknown} are not in the schema")
         state = TraceState.new(name, dims, tuple(key), schema.json())
         os.makedirs(uri, exist_ok=True)
-        delta_log.create(uri, state, to_arrow_schema(spark_files.stored_schema(state)))
+        delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
         return cls(spark, uri, rows_per_file)
+
+    def batch_plan(self, updates: DataFrame) -> DataFrame:
+        """``updates`` as one file of this trace holds them (one partition), to be
+        computed in the driver's hands and appended as a ``CollectedBatch``."""
+        return spark_files.consolidate(spark_files.to_stored(self.state, updates), 1)
 
     # --------------------------------------------------------------- reading
 
