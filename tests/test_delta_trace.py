@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 )
 
 from dd_etl.lattice import Antichain
-from dd_etl.trace import delta_log, spark_files
+from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
@@ -371,3 +371,25 @@ def test_files_written_by_the_driver_and_by_spark_read_back_alike(
     trace.exert(None)  # the merge reads both kinds of file
     assert len(trace.state.batches) == 1
     assert read(local=False) == read(local=True) == expected
+
+
+def test_one_job_collects_batches_of_different_layouts_each_whole_or_not_at_all(
+    spark: SparkSession,
+) -> None:
+    frames = [
+        spark.createDataFrame([(1, "a", 2.5), (2, None, 3.0)], "k long, s string, x double"),
+        spark.createDataFrame(
+            [("b", 7, 8, dt.date(2026, 1, 2))], "s string, a long, b long, d date"
+        ),
+        spark.createDataFrame([(Decimal("1.25"),)], "p decimal(12,2)"),
+        spark.createDataFrame([(i,) for i in range(5)], "k long"),
+    ]
+    frames = [f.coalesce(1) for f in frames]
+    tables = arrow_files.collect_each(frames, [10, 10, 10, 4])
+    assert [None if t is None else t.to_pylist() for t in tables] == [
+        [{"k": 1, "s": "a", "x": 2.5}, {"k": 2, "s": None, "x": 3.0}],
+        [{"s": "b", "a": 7, "b": 8, "d": dt.date(2026, 1, 2)}],
+        [{"p": Decimal("1.25")}],
+        None,  # 5 rows, more than its 4
+    ]
+    assert arrow_files.collect_each([], []) == []

@@ -10,8 +10,8 @@
    history in the driver and runs one Spark job per layer;
 4. bring the traces up to date layer by layer, the traces of a layer side by
    side (``Interval``): each plans its batch for ``[its upper, upper)``; in a
-   small interval one Spark job computes the layer's batches into the driver
-   (``collect_batches``), in a large one each trace's append is a job of its
+   small interval one Spark job (per eight traces) computes the layer's batches
+   into the driver (``collect_batches``), in a large one each trace's append is a job of its
    own; each trace appends with its own compare-and-append, then reads the
    interval back from the committed files;
 5. move the runtime's holds on every trace to ``upper - 1``.
@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -122,8 +123,8 @@ def _execute(
     interval = Interval(rt, lower, upper, full, sizing.driver_rows)
     with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
         # 4. layer by layer. Traces of one depth depend only on shallower ones: plan
-        # them side by side; in a small interval one Spark job computes all their
-        # batches, else each is its own job and Spark overlaps them.
+        # them side by side; in a small interval one Spark job (per eight) computes
+        # their batches, else each is its own job and Spark overlaps them.
         def plan(node: n.Node) -> Append | None:
             with profiler.trace(_label(node)):
                 return interval.plan(node)
@@ -196,18 +197,28 @@ class Append:
     changes: DataFrame | None  # None: surely empty, its inputs have no changes
 
 
+COLLECTED_PER_JOB = 8
+"""Batches one Spark job computes into the driver at most: each may be up to a
+file's worth, and the driver holds all of a job's at once."""
+
+
 def collect_batches(appends: Sequence[Append]) -> list[CollectedBatch | None]:
-    """The batches of ``appends``, computed by one Spark job and held by the driver
-    (None for an empty one, and for one of more than a file's worth, which its
-    trace then writes with Spark on its own)."""
+    """The batches of ``appends``, computed by one Spark job per
+    ``COLLECTED_PER_JOB`` of them and held by the driver (None for an empty one,
+    and for one of more than a file's worth, which its trace then writes with
+    Spark on its own)."""
     planned = {
         i: (a.trace.batch_plan(a.changes), a.trace.delta_storage.rows_per_file)
         for i, a in enumerate(appends)
         if a.changes is not None
     }
-    with phase(SPARK):
-        tables = collect_each([df for df, _ in planned.values()], [m for _, m in planned.values()])
-    collected = dict(zip(planned, tables, strict=True))
+    order = list(planned)
+    collected: dict[int, pa.Table | None] = {}
+    for start in range(0, len(order), COLLECTED_PER_JOB):
+        chunk = order[start : start + COLLECTED_PER_JOB]
+        with phase(SPARK):
+            tables = collect_each([planned[i][0] for i in chunk], [planned[i][1] for i in chunk])
+        collected.update(zip(chunk, tables, strict=True))
     return [
         None if (table := collected.get(i)) is None else CollectedBatch(table)
         for i in range(len(appends))

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
 
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
@@ -96,33 +97,65 @@ def collect_each(dfs: Sequence[DataFrame], at_most: Sequence[int]) -> list[pa.Ta
     more rows than its ``at_most``: all in one Spark job, which brings at most
     ``at_most + 1`` rows of each to the driver.
 
-    Each DataFrame must be one partition (its order is kept). They are tagged and
-    side by side in one wide union, each in columns of its own, so none of their
-    types has to be converted to pass through.
+    Each DataFrame must be one partition (its order is kept). They pass through
+    one union, tagged, each column in a slot of its own type (``_slots``): none
+    is converted, and the union is as wide as the widest of them, plus a slot
+    for each type only some of them have.
     """
     if not dfs:
         return []
-    tagged = [
-        df.limit(limit + 1)
-        .toDF(*[_slot(i, j) for j in range(len(df.columns))])
-        .withColumn(_PART, F.lit(i))
-        for i, (df, limit) in enumerate(zip(dfs, at_most, strict=True))
-    ]
-    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
-    table = union.toArrow()
+    slots, placement = _slots([df.schema for df in dfs])
+    parts = []
+    for i, (df, limit, placed) in enumerate(zip(dfs, at_most, placement, strict=True)):
+        limited = df.limit(limit + 1)
+        column_in = {k: j for j, k in enumerate(placed)}
+        parts.append(
+            limited.select(
+                F.lit(i).alias(_PART),
+                *[
+                    (limited[column_in[k]] if k in column_in else F.lit(None).cast(t)).alias(
+                        _slot(k)
+                    )
+                    for k, t in enumerate(slots)
+                ],
+            )
+        )
+    table = reduce(DataFrame.union, parts).toArrow()
     out: list[pa.Table | None] = []
-    for i, (df, limit) in enumerate(zip(dfs, at_most, strict=True)):
+    for i, (df, limit, placed) in enumerate(zip(dfs, at_most, placement, strict=True)):
         part = table.filter(pc.equal(table.column(_PART), i))
-        rows = part.select([_slot(i, j) for j in range(len(df.columns))]).rename_columns(df.columns)
+        rows = part.select([_slot(k) for k in placed]).rename_columns(df.columns)
         out.append(rows if rows.num_rows <= limit else None)
     return out
+
+
+def _slots(schemas: Sequence[StructType]) -> tuple[list[DataType], list[list[int]]]:
+    """Slots for the columns of every schema, and where each schema's columns go:
+    the n-th column of a type goes to the n-th slot of that type, so schemas
+    share slots, and there are as many of a type as the schema with most has."""
+    slots: list[DataType] = []
+    by_type: dict[DataType, list[int]] = {}
+    placement = []
+    for schema in schemas:
+        used: dict[DataType, int] = {}
+        placed = []
+        for field in schema.fields:
+            n = used.get(field.dataType, 0)
+            used[field.dataType] = n + 1
+            of_type = by_type.setdefault(field.dataType, [])
+            if n == len(of_type):
+                of_type.append(len(slots))
+                slots.append(field.dataType)
+            placed.append(of_type[n])
+        placement.append(placed)
+    return slots, placement
 
 
 _PART = "__part"
 
 
-def _slot(part: int, column: int) -> str:
-    return f"__{part}_{column}"
+def _slot(k: int) -> str:
+    return f"__slot_{k}"
 
 
 def write_file(root: str, directory: str, table: pa.Table) -> None:

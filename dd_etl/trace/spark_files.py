@@ -84,17 +84,19 @@ def consolidate(df: DataFrame, partitions: int) -> DataFrame:
     Range partitioning by key hash already co-locates equal rows, so the
     aggregation needs no second shuffle.
     """
-    group = [c for c in df.columns if c != DIFF]
+    columns = df.columns
+    group = [c for c in columns if c != DIFF]
     # One file needs no range boundaries and no shuffle: a single partition already
     # satisfies the aggregation's distribution.
     laid_out = df.coalesce(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
-    return (
+    out = (
         laid_out.groupBy(*group)
         .agg(F.sum(DIFF).alias(DIFF))
         .where(F.col(DIFF) != 0)
         .sortWithinPartitions(KEY_HASH)
-        .select(*df.columns)
     )
+    # the stored layout ends with the diff, as the aggregation leaves it
+    return out if columns[-1] == DIFF else out.select(*columns)
 
 
 def advance_times(df: DataFrame, dims: int, since: Antichain) -> DataFrame:
