@@ -293,7 +293,7 @@ def test_key_lookups_stay_exact_when_the_probe_keys_have_another_type(
     trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(100)]), e(0), e(1))
     assert len(trace.files()) > 4
     probe = spark.createDataFrame([(7,), (42,), (1000,)], "k int")
-    hashes = sorted(r[0] for r in probe.select(spark_files.key_hash(["k"])).collect())
+    hashes = sorted(r[0] for r in probe.selectExpr(spark_files.key_hash(["k"])).collect())
     # a caller that got the probe's hashes wrong: the driver read trusts them, so
     # the runtime passes hashes only from a trace whose key types are the same
     key_hashes = hashes if driver else None
@@ -317,7 +317,7 @@ def test_driver_lookups_read_the_rows_of_the_touched_keys_only(
     trace.compare_and_append(frame(spark, changes), e(2), e(3))
     probe = spark.createDataFrame([(3,), (250,)], "k long")
     touched = trace.key_hashes_since((2,))
-    assert touched == sorted(r[0] for r in probe.select(spark_files.key_hash(["k"])).collect())
+    assert touched == sorted(r[0] for r in probe.selectExpr(spark_files.key_hash(["k"])).collect())
     assert contents(trace.read_at((1,), keys=probe, key_hashes=touched)) == {
         (3, "x"): 1,
         (250, "x"): 1,

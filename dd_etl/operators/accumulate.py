@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import NumericType
 
+from dd_etl import sql_text
 from dd_etl.operators.join import History
 from dd_etl.operators.reduce import AT, Reducer, null_safe_join
+from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
 ROWS = "__rows"
@@ -38,14 +40,16 @@ def state_columns(values: Sequence[str]) -> list[str]:
 def contributions(d_in: DataFrame, key: Sequence[str], values: Sequence[str]) -> DataFrame:
     """What the changes at each time add to each key's state. Only numbers have a
     sum; other columns can only be counted, and their sum stays NULL."""
-    diff = F.col(DIFF)
-    parts: list[Column] = [F.sum(diff).alias(ROWS)]
+    diff = quote(DIFF)
+    parts = [f"sum({diff}) AS {quote(ROWS)}"]
     for v in values:
-        present = F.when(F.col(v).isNotNull(), diff).otherwise(F.lit(0))
         numeric = isinstance(d_in.schema[v].dataType, NumericType)
-        added = F.sum(F.col(v) * diff) if numeric else F.lit(None).cast("long")
-        parts += [F.sum(present).alias(nn(v)), added.alias(total(v))]
-    return d_in.groupBy(*key, TIME).agg(*parts)
+        added = f"sum({quote(v)} * {diff})" if numeric else "CAST(NULL AS BIGINT)"
+        parts += [
+            f"sum(CASE WHEN {quote(v)} IS NOT NULL THEN {diff} ELSE 0 END) AS {quote(nn(v))}",
+            f"{added} AS {quote(total(v))}",
+        ]
+    return sql_text.group(d_in, [*key, TIME], parts)
 
 
 def accumulation(values: Sequence[str]) -> Reducer:
@@ -68,42 +72,62 @@ def delta_accumulate(
 ) -> DataFrame:
     state = state_columns(values)
     changes = contributions(d_in, key, values)
-    keys = changes.select(*key).distinct()
-    before = output_history(keys).drop(DIFF)
-    base = null_safe_join(
-        changes, before.select(*key, *[F.col(c).alias(f"__b{c}") for c in state]), key, "left"
+    keys = sql_text.columns(changes, key).distinct()
+    before = sql_text.select(
+        output_history(keys), [*map(quote, key), *[f"{quote(c)} AS {_before(c)}" for c in state]]
     )
-    running = Window.partitionBy(*key).orderBy(TIME).rowsBetween(Window.unboundedPreceding, 0)
-    order = Window.partitionBy(*key).orderBy(TIME)
-    now = base.select(
-        *key,
-        TIME,
-        *[_add(F.sum(c).over(running), F.col(f"__b{c}")).alias(c) for c in state],
-        *[F.col(f"__b{c}") for c in state],
-        (F.row_number().over(order) == 1).alias("__first"),
+    base = null_safe_join(changes, before, key, "left")
+    partition = f"PARTITION BY {', '.join(map(quote, key))} " if key else ""
+    order = f"OVER ({partition}ORDER BY {quote(TIME)})"
+    running = f"OVER ({partition}ORDER BY {quote(TIME)} {_UP_TO_NOW})"
+    names = [*map(quote, key), quote(TIME)]
+    now = sql_text.select(
+        base,
+        [
+            *names,
+            *[f"{_add(f'sum({quote(c)}) {running}', _before(c))} AS {quote(c)}" for c in state],
+            *[_before(c) for c in state],
+            f"row_number() {order} = 1 AS __first",
+        ],
     )
     previous = [
-        F.when(F.col("__first"), F.col(f"__b{c}")).otherwise(F.lag(c).over(order)).alias(f"__p{c}")
+        f"CASE WHEN __first THEN {_before(c)} ELSE lag({quote(c)}) {order} END AS {_previous(c)}"
         for c in state
     ]
-    steps = now.select(*key, TIME, *state, *previous)
-    plus = steps.where(F.col(ROWS) > 0).select(
-        *key, *state, TIME, F.lit(1).cast("long").alias(DIFF)
+    steps = sql_text.select(now, [*names, *map(quote, state), *previous])
+    plus = sql_text.select(
+        steps.where(f"{quote(ROWS)} > 0"),
+        [*map(quote, key), *map(quote, state), quote(TIME), f"CAST(1 AS BIGINT) AS {quote(DIFF)}"],
     )
-    minus = steps.where(F.col(f"__p{ROWS}") > 0).select(
-        *key,
-        *[F.col(f"__p{c}").alias(c) for c in state],
-        TIME,
-        F.lit(-1).cast("long").alias(DIFF),
+    minus = sql_text.select(
+        steps.where(f"{_previous(ROWS)} > 0"),
+        [
+            *map(quote, key),
+            *[f"{_previous(c)} AS {quote(c)}" for c in state],
+            quote(TIME),
+            f"CAST(-1 AS BIGINT) AS {quote(DIFF)}",
+        ],
     )
     return plus.unionByName(minus)
 
 
-def _add(running: Column, before: Column) -> Column:
+_UP_TO_NOW = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+
+
+def _before(column: str) -> str:
+    return quote(f"__b{column}")
+
+
+def _previous(column: str) -> str:
+    return quote(f"__p{column}")
+
+
+def _add(running: str, before: str) -> str:
     """``running + before`` where a key with no earlier state starts from zero.
 
     A sum over only NULL values is NULL; it stays NULL until a value arrives.
     """
     return (
-        F.when(before.isNull(), running).when(running.isNull(), before).otherwise(running + before)
+        f"CASE WHEN {before} IS NULL THEN {running} WHEN {running} IS NULL THEN {before} "
+        f"ELSE {running} + {before} END"
     )

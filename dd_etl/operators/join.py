@@ -12,13 +12,14 @@ never match.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl import sql_text
 from dd_etl.operators.partitions import colocated, one_partition
+from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
 History = Callable[[DataFrame], DataFrame]
@@ -29,10 +30,10 @@ before the interval for those keys: data columns plus ``_diff``."""
 def matchable_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
     """The keys of ``df``'s rows a join can match (without ``null_safe``, not
     NULL), one per row."""
-    keys = df.select(*key)
-    if null_safe:
+    keys = sql_text.columns(df, key)
+    if null_safe or not key:
         return keys
-    return keys.where(functools.reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key]))
+    return keys.where(" AND ".join(f"{quote(k)} IS NOT NULL" for k in key))
 
 
 def join_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
@@ -52,18 +53,18 @@ def pair(
 ) -> DataFrame:
     """Matching pairs, each at the join (coordinate-wise max) of its two times."""
     left, right = colocated(left, right)
-    lhs = left.alias("l")
-    rhs = right.alias("r")
+    equal = "<=>" if null_safe else "="
     pairs = zip(lk, rk, strict=True)
-    if null_safe:
-        cond = [F.col(f"l.{a}").eqNullSafe(F.col(f"r.{b}")) for a, b in pairs]
-    else:
-        cond = [F.col(f"l.{a}") == F.col(f"r.{b}") for a, b in pairs]
-    return lhs.join(rhs, cond, "inner").select(
-        *[F.col(f"l.{c}").alias(c) for c in left_columns],
-        *[F.col(f"r.{c}").alias(c) for c in right_columns],
-        *[F.greatest(F.col(f"l.{t}"), F.col(f"r.{t}")).alias(t) for t in times],
-        (F.col(f"l.{DIFF}") * F.col(f"r.{DIFF}")).alias(DIFF),
+    cond = " AND ".join(f"l.{quote(a)} {equal} r.{quote(b)}" for a, b in pairs) or "TRUE"
+    joined = left.alias("l").join(right.alias("r"), sql_text.expr(left.sparkSession, cond), "inner")
+    return sql_text.select(
+        joined,
+        [
+            *[f"l.{quote(c)} AS {quote(c)}" for c in left_columns],
+            *[f"r.{quote(c)} AS {quote(c)}" for c in right_columns],
+            *[f"greatest(l.{quote(t)}, r.{quote(t)}) AS {quote(t)}" for t in times],
+            f"l.{quote(DIFF)} * r.{quote(DIFF)} AS {quote(DIFF)}",
+        ],
     )
 
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl import sql_text
+from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
 Expr = Column | str
@@ -28,13 +30,20 @@ def data_columns(df: DataFrame) -> list[str]:
 
 
 def select(df: DataFrame, exprs: Sequence[Expr], named: dict[str, Expr]) -> DataFrame:
+    texts = [*exprs, *named.values()]
+    if all(isinstance(e, str) for e in texts):  # SQL text: a fixed number of JVM calls
+        aliased = [f"{e} AS {quote(n)}" for n, e in named.items()]
+        book = [quote(c) for c in bookkeeping(df)]
+        return sql_text.select(df, [*[str(e) for e in exprs], *aliased, *book])
     cols = [col(e) for e in exprs] + [col(e).alias(n) for n, e in named.items()]
     return df.select(*cols, *bookkeeping(df))
 
 
 def filter_(df: DataFrame, predicate: Expr) -> DataFrame:
     # SQL semantics: a NULL predicate drops the row, as WHERE does.
-    return df.where(F.coalesce(col(predicate), F.lit(False)))
+    if isinstance(predicate, str):
+        return df.where(f"coalesce(({predicate}), FALSE)")
+    return df.where(F.coalesce(predicate, F.lit(False)))
 
 
 def explode(df: DataFrame, column: Expr, alias: str, keep: Sequence[str]) -> DataFrame:

@@ -17,8 +17,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl import sql_text
 from dd_etl.operators.join import History
 from dd_etl.operators.partitions import colocated
+from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
 AT = "__at"
@@ -32,30 +34,21 @@ rows (output columns, ``__at``, ``_diff``) grouped by key and ``__at``."""
 
 
 def distinct(acc: DataFrame, key: Sequence[str]) -> DataFrame:
-    return acc.select(*key, AT, F.lit(1).cast("long").alias(DIFF))
+    return sql_text.select(acc, [*map(quote, key), quote(AT), _ONCE])
 
 
 def counter(name: str) -> Reducer:
     def count(acc: DataFrame, key: Sequence[str]) -> DataFrame:
-        return (
-            acc.groupBy(*key, AT)
-            .agg(F.sum(DIFF).alias(name))
-            .withColumn(DIFF, F.lit(1).cast("long"))
-        )
+        return _per_key(acc, key, [f"sum({quote(DIFF)}) AS {quote(name)}"])
 
     return count
 
 
 def extreme(kind: str, value: str) -> Reducer:
     """MIN or MAX of ``value`` per key (one level of a hierarchical reduction)."""
-    agg = F.min if kind == "min" else F.max
 
     def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
-        return (
-            acc.groupBy(*key, AT)
-            .agg(agg(value).alias(value))
-            .withColumn(DIFF, F.lit(1).cast("long"))
-        )
+        return _per_key(acc, key, [f"{kind}({quote(value)}) AS {quote(value)}"])
 
     return reduce
 
@@ -63,22 +56,22 @@ def extreme(kind: str, value: str) -> Reducer:
 def min_max(acc: DataFrame, key: Sequence[str]) -> DataFrame:
     """The least ``__min`` and the greatest ``__max`` per key: MIN and MAX carried
     up one hierarchy of reductions together."""
-    return (
-        acc.groupBy(*key, AT)
-        .agg(F.min(LOW).alias(LOW), F.max(HIGH).alias(HIGH))
-        .withColumn(DIFF, F.lit(1).cast("long"))
-    )
+    return _per_key(acc, key, [f"min({LOW}) AS {LOW}", f"max({HIGH}) AS {HIGH}"])
 
 
 def collapse(acc: DataFrame, key: Sequence[str]) -> DataFrame:
     """Per key, each column's largest value: for rows that each fill in different
     columns of one key (NULL elsewhere), the one row holding all of them."""
-    data = [c for c in acc.columns if c not in (*key, AT, DIFF)]
-    return (
-        acc.groupBy(*key, AT)
-        .agg(*(F.max(c).alias(c) for c in data))
-        .withColumn(DIFF, F.lit(1).cast("long"))
-    )
+    data = [quote(c) for c in acc.columns if c not in (*key, AT, DIFF)]
+    return _per_key(acc, key, [f"max({c}) AS {c}" for c in data])
+
+
+_ONCE = f"CAST(1 AS BIGINT) AS {quote(DIFF)}"
+
+
+def _per_key(acc: DataFrame, key: Sequence[str], aggregates: Sequence[str]) -> DataFrame:
+    """Per key and time ``__at``: the key, ``aggregates`` and a multiplicity of 1."""
+    return sql_text.select(sql_text.group(acc, [*key, AT], aggregates), ["*", _ONCE])
 
 
 def top_k(order: Sequence[tuple[str, bool]], k: int) -> Reducer:
@@ -136,12 +129,14 @@ def null_safe_join(
     left: DataFrame, right: DataFrame, key: Sequence[str], how: str = "inner"
 ) -> DataFrame:
     """Join on ``key`` treating NULL as a value: grouping keys, unlike join keys, may be NULL."""
-    r = right.select(
-        *[F.col(k).alias(f"__r_{k}") for k in key], *[c for c in right.columns if c not in key]
-    )
+    renamed = [(quote(k), quote(f"__r_{k}")) for k in key]
+    kept = [quote(c) for c in right.columns if c not in key]
+    r = sql_text.select(right, [*[f"{k} AS {r}" for k, r in renamed], *kept])
     left, r = colocated(left, r)
-    cond = [left[k].eqNullSafe(r[f"__r_{k}"]) for k in key] or F.lit(True)  # one group: all
-    joined = left.join(r, cond, how)
+    # one group (no key): every row matches
+    cond = " AND ".join(f"__left.{k} <=> __right.{r}" for k, r in renamed) or "TRUE"
+    on = sql_text.expr(left.sparkSession, cond)
+    joined = left.alias("__left").join(r.alias("__right"), on, how)
     return joined.drop(*[f"__r_{k}" for k in key])
 
 
@@ -154,31 +149,37 @@ def delta_reduce(
     reducer: Reducer,
     history_time: int,
 ) -> DataFrame:
-    data = [c for c in d_in.columns if c not in (TIME, DIFF)]
-    times = d_in.select(*key, F.col(TIME).alias(AT)).distinct()
-    keys = times.select(*key).distinct()
-    order = Window.partitionBy(*key).orderBy(AT)
-    times = times.withColumn(NEXT, F.lead(AT).over(order)).withColumn(
-        "__first", F.row_number().over(order) == 1
+    names = [c for c in d_in.columns if c not in (TIME, DIFF)]
+    data = [quote(c) for c in names]
+    keyed = [quote(k) for k in key]
+    out = [quote(c) for c in out_columns]
+    at, time, diff, later = quote(AT), quote(TIME), quote(DIFF), quote(NEXT)
+    times = sql_text.select(d_in, [*keyed, f"{time} AS {at}"]).distinct()
+    keys = sql_text.select(times, keyed).distinct()
+    partition = f"PARTITION BY {', '.join(keyed)} " if key else ""
+    order = f"OVER ({partition}ORDER BY {at})"
+    times = sql_text.select(
+        times,
+        [*keyed, at, f"lead({at}) {order} AS {later}", f"row_number() {order} = 1 AS __first"],
     )
-    hist = input_history(keys).withColumn(TIME, F.lit(history_time).cast("long"))
-    updates = hist.select(*data, TIME, DIFF).unionByName(d_in.select(*data, TIME, DIFF))
-    acc = (
-        null_safe_join(updates, times.select(*key, AT), key)
-        .where(F.col(TIME) <= F.col(AT))
-        .groupBy(*data, AT)
-        .agg(F.sum(DIFF).alias(DIFF))
-        .where(F.col(DIFF) > 0)
+    hist = sql_text.select(
+        input_history(keys), [*data, f"CAST({history_time} AS BIGINT) AS {time}", diff]
     )
-    out = reducer(acc, key).select(*out_columns, AT, DIFF)
+    updates = hist.unionByName(sql_text.select(d_in, [*data, time, diff]))
+    reached = null_safe_join(updates, sql_text.select(times, [*keyed, at]), key)
+    summed = sql_text.group(
+        reached.where(f"{time} <= {at}"), [*names, AT], [f"sum({diff}) AS {diff}"]
+    )
+    acc = summed.where(f"{diff} > 0")
+    result = sql_text.select(reducer(acc, key), [*out, at, diff])
     # +f at each interesting time, -f at the next one
-    plus = out.select(*out_columns, F.col(AT).alias(TIME), DIFF)
-    shifted = null_safe_join(out, times.select(*key, AT, NEXT), [*key, AT]).where(
-        F.col(NEXT).isNotNull()
+    plus = sql_text.select(result, [*out, f"{at} AS {time}", diff])
+    shifted = null_safe_join(result, sql_text.select(times, [*keyed, at, later]), [*key, AT])
+    minus = sql_text.select(
+        shifted.where(f"{later} IS NOT NULL"), [*out, f"{later} AS {time}", f"-{diff} AS {diff}"]
     )
-    minus = shifted.select(*out_columns, F.col(NEXT).alias(TIME), (-F.col(DIFF)).alias(DIFF))
     # -(output before the interval) at each key's first interesting time
-    first = times.where("__first").select(*key, F.col(AT).alias(TIME))
+    first = sql_text.select(times.where("__first"), [*keyed, f"{at} AS {time}"])
     before = null_safe_join(output_history(keys), first, key)
-    retract = before.select(*out_columns, TIME, (-F.col(DIFF)).alias(DIFF))
+    retract = sql_text.select(before, [*out, time, f"-{diff} AS {diff}"])
     return plus.unionByName(minus).unionByName(retract)

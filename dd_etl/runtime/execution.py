@@ -37,6 +37,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl import sql_text
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.operators.accumulate import delta_accumulate
@@ -54,6 +55,7 @@ from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import for_records
+from dd_etl.sql_text import quote
 from dd_etl.trace.arrow_files import collect_each
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
@@ -265,7 +267,7 @@ class Interval:
         lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
         if self._unchanged_inputs(node):
             return Append(node, trace, lower, upper, None)
-        return Append(node, trace, lower, upper, compute().where(F.col(TIME) >= start))
+        return Append(node, trace, lower, upper, compute().where(f"{quote(TIME)} >= {start}"))
 
     def append(self, planned: Append, collected: CollectedBatch | None = None) -> None:
         """Append a planned batch, computed already when ``collected`` is given."""
@@ -291,8 +293,8 @@ class Interval:
             self.append(planned)
         # only files that can hold the interval's times: the batches this run appended
         df = self.rt.trace(node).updates(at=(self.upper - 1,), since=(self.lower,))
-        df = df.where((F.col(TIME) >= self.lower) & (F.col(TIME) < self.upper))
-        return df.select(*node.columns, TIME, DIFF)
+        df = df.where(f"{quote(TIME)} >= {self.lower} AND {quote(TIME)} < {self.upper}")
+        return sql_text.columns(df, [*node.columns, TIME, DIFF])
 
     def _unchanged_inputs(self, node: n.Node) -> bool:
         """Whether ``node``'s output surely has no changes in the interval because its

@@ -26,9 +26,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
+from dd_etl.sql_text import quote
 from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
@@ -224,14 +226,12 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         df = self._read(files, key_hashes)
         # An inner join with the distinct keys, not a semi join: Spark moves a semi
         # join below the one-partition coalesce of a local read, and then shuffles.
-        probe = [f"__probe_{i}" for i in range(len(self.state.key))]
-        wanted = keys.select(
-            *[F.col(k).alias(p) for k, p in zip(self.state.key, probe, strict=True)]
-        ).distinct()
+        probe = [(quote(k), quote(f"__probe_{i}")) for i, k in enumerate(self.state.key)]
+        wanted = sql_text.select(keys, [f"{k} AS {p}" for k, p in probe]).distinct()
         if self.local_reads:
             wanted = wanted.coalesce(1)
-        cond = [df[k].eqNullSafe(wanted[p]) for k, p in zip(self.state.key, probe, strict=True)]
-        return df.join(wanted, cond, "inner").select(*df.columns)
+        cond = F.expr(" AND ".join(f"{k} <=> {p}" for k, p in probe))
+        return sql_text.columns(df.join(wanted, cond, "inner"), df.columns)
 
     def _read(
         self, files: Sequence[DataFile], key_hashes: Sequence[int] | None = None
@@ -258,10 +258,11 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             raise SinceViolation(self.name, at, self.state.since)
         df = self.updates(keys, at, key_hashes=key_hashes)
         if at is not None:
-            for c, bound in zip(time_columns(self.state.dims), at, strict=True):
-                df = df.where(F.col(c) <= bound)
+            times = zip(time_columns(self.state.dims), at, strict=True)
+            df = df.where(" AND ".join(f"{quote(c)} <= {bound}" for c, bound in times))
         data = spark_files.data_schema(self.state).fieldNames()
-        return df.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
+        summed = sql_text.group(df, data, [f"sum({quote(DIFF)}) AS {quote(DIFF)}"])
+        return summed.where(f"{quote(DIFF)} != 0")
 
     @property
     def key_types(self) -> tuple[DataType, ...]:
@@ -284,7 +285,8 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             # Equal keys of other types (int and bigint, decimal and double) hash
             # differently, and no cast maps every such key to the stored hash.
             return files
-        hashes = keys.select(spark_files.key_hash(self.state.key).alias(KEY_HASH)).distinct()
+        hashed = f"{spark_files.key_hash(self.state.key)} AS {quote(KEY_HASH)}"
+        hashes = sql_text.select(keys, [hashed]).distinct()
         with phase(SPARK):
             probe = [r[0] for r in hashes.limit(KEY_PRUNING_LIMIT + 1).collect()]
         if len(probe) > KEY_PRUNING_LIMIT:

@@ -19,10 +19,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import DataType, LongType, StructField, StructType
 
+from dd_etl import sql_text
 from dd_etl.lattice import Antichain
 from dd_etl.profiling import SPARK, phase
+from dd_etl.sql_text import cast, quote
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceError
@@ -45,12 +47,12 @@ def stored_schema(state: TraceState) -> StructType:
     return StructType(fields)
 
 
-def key_hash(key: Sequence[str]) -> Column:
-    """The 64-bit hash files are sorted and pruned by; a trace without key columns
-    (e.g. a global aggregate) keeps everything under one hash."""
+def key_hash(key: Sequence[str]) -> str:
+    """The 64-bit hash files are sorted and pruned by, as SQL; a trace without key
+    columns (e.g. a global aggregate) keeps everything under one hash."""
     if not key:
-        return F.lit(0).cast("long")
-    return F.xxhash64(*[F.col(k) for k in key])
+        return "CAST(0 AS BIGINT)"
+    return f"xxhash64({', '.join(quote(k) for k in key)})"
 
 
 def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
@@ -60,13 +62,23 @@ def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
     missing = [c for c in [*expected.fieldNames(), *times, DIFF] if c not in updates.columns]
     if missing:
         raise TraceError(f"trace {state.name!r}: updates lack columns {missing}")
-    data = [F.col(f.name).cast(f.dataType).alias(f.name) for f in expected.fields]
-    return updates.select(
-        *data,
-        key_hash(state.key).alias(KEY_HASH),
-        *[F.col(c).cast("long").alias(c) for c in times],
-        F.col(DIFF).cast("long").alias(DIFF),
+    have = {f.name: f.dataType for f in updates.schema.fields}
+    data = [
+        quote(f.name) if have[f.name] == f.dataType else _cast_as(f.name, f.dataType)
+        for f in expected.fields
+    ]
+    return sql_text.select(
+        updates,
+        [
+            *data,
+            f"{key_hash(state.key)} AS {quote(KEY_HASH)}",
+            *[_cast_as(c, LongType()) for c in [*times, DIFF]],
+        ],
     )
+
+
+def _cast_as(name: str, kind: DataType) -> str:
+    return f"{cast(quote(name), kind)} AS {quote(name)}"
 
 
 def estimated_bytes(df: DataFrame) -> int:
@@ -89,14 +101,10 @@ def consolidate(df: DataFrame, partitions: int) -> DataFrame:
     # One file needs no range boundaries and no shuffle: a single partition already
     # satisfies the aggregation's distribution.
     laid_out = df.coalesce(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
-    out = (
-        laid_out.groupBy(*group)
-        .agg(F.sum(DIFF).alias(DIFF))
-        .where(F.col(DIFF) != 0)
-        .sortWithinPartitions(KEY_HASH)
-    )
+    summed = sql_text.group(laid_out, group, [f"sum({quote(DIFF)}) AS {quote(DIFF)}"])
+    out = summed.where(f"{quote(DIFF)} != 0").sortWithinPartitions(KEY_HASH)
     # the stored layout ends with the diff, as the aggregation leaves it
-    return out if columns[-1] == DIFF else out.select(*columns)
+    return out if columns[-1] == DIFF else sql_text.columns(out, columns)
 
 
 def advance_times(df: DataFrame, dims: int, since: Antichain) -> DataFrame:
