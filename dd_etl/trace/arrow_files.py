@@ -108,7 +108,7 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     """``table`` (of ``schema``'s Arrow types) as a Spark local relation.
 
     What ``createDataFrame`` does with an Arrow table, less its configuration
-    look-ups: an Arrow stream in a file the JVM reads, in 3 JVM calls instead of
+    look-ups: an Arrow stream in a file the JVM reads, in 2 JVM calls instead of
     about 40 (``sql_text`` says why that counts)."""
     if spark.sparkContext._encryption_enabled:  # data must then cross by socket
         return spark.createDataFrame(table, schema)
