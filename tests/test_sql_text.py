@@ -18,7 +18,6 @@ from pyspark.sql.types import (
     DateType,
     DecimalType,
     LongType,
-    NullType,
     StringType,
     StructField,
     StructType,
@@ -28,7 +27,7 @@ from pyspark.sql.types import (
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.sql_text import quote
-from dd_etl.trace.arrow_files import empty_frame, local_relation
+from dd_etl.trace.arrow_files import local_relation
 
 RELEASE = py4j.protocol.MEMORY_COMMAND_NAME
 ODD = ["plain", "with space", "back`tick", "dot.ted"]
@@ -137,13 +136,3 @@ def test_local_relations_hold_the_arrow_table_exactly(spark: SparkSession) -> No
     assert back.equals(table)
     empty = local_relation(spark, arrow_schema(schema).empty_table(), schema)
     assert empty.count() == 0
-
-
-def test_empty_frames_keep_their_schema_even_of_types_arrow_lacks(spark: SparkSession) -> None:
-    for schema in (
-        StructType([StructField("id", LongType(), False), StructField("at", TimestampType())]),
-        StructType([StructField("nothing", NullType()), StructField("x", StringType())]),
-    ):
-        empty = empty_frame(spark, schema)
-        assert empty.schema == schema
-        assert empty.collect() == []

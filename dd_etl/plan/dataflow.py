@@ -31,7 +31,6 @@ from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.plan.loops import reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
-from dd_etl.trace.arrow_files import empty_frame
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
@@ -120,7 +119,7 @@ class Dataflow:
         cached = self._empty.get(schema.json())
         if cached is None:
             fields = [*schema.fields, StructField(TIME, LongType()), StructField(DIFF, LongType())]
-            cached = empty_frame(self.spark, StructType(fields))
+            cached = self.spark.createDataFrame([], StructType(fields))
             self._empty[schema.json()] = cached
         return cached
 

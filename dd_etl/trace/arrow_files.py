@@ -33,7 +33,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.errors import PySparkTypeError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
@@ -92,16 +91,6 @@ def read_rows(
     types = arrow_schema(schema)
     table = pa.concat_tables([t.cast(types) for t in parts]) if parts else types.empty_table()
     return local_relation(spark, table, schema)
-
-
-def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
-    """No rows of ``schema``, as a local relation: ``createDataFrame([], schema)``
-    costs about 40 JVM calls, and building a dataflow makes one per schema."""
-    try:
-        types = arrow_schema(schema)
-    except PySparkTypeError:  # a type Arrow cannot hold
-        return spark.createDataFrame([], schema)
-    return local_relation(spark, types.empty_table(), schema)
 
 
 def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
