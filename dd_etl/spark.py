@@ -8,6 +8,7 @@ trace, before dd_etl even sees the error. They say nothing to a user of dd_etl a
 bury its messages, so the JVM is started with its standard error kept aside and
 PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
 (``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
+The JVM starts from an archive of the classes it loaded before (``jvm_archive``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
+
+from dd_etl.jvm_archive import archive_for, keep_at_exit, with_archive
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -54,6 +57,9 @@ def session(
     quiet = not os.environ.get(SPARK_LOGS_ENV)
     if quiet:
         _silence_error_loggers()
+    archive = archive_for(options) if _starts_jvm() else None
+    if archive is not None:
+        options = with_archive(options, archive)
     if quiet and _starts_jvm():
         _start_quietly(app_name, master, options)
     builder = SparkSession.builder.appName(app_name).master(master)
@@ -61,6 +67,8 @@ def session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if archive is not None:
+        keep_at_exit(archive, getattr(SparkContext._gateway, "proc", None), spark.stop)
     return spark
 
 

@@ -37,7 +37,9 @@ from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import PlanChanged
+from dd_etl.runtime.sizing import for_bytes, for_records
 from dd_etl.sources.base import Capture, encode_position, read_position
+from dd_etl.trace.spark_files import estimated_bytes
 
 
 class Progress(Protocol):
@@ -135,7 +137,8 @@ def tick_holding_lock(
         for view in chosen:
             if epoch_of(rt.trace(pipeline.flow.views[view]).state.upper) <= epoch:
                 continue  # a source it reads has not taken in the epoch yet
-            with profiler.trace(f"sink {view}"), phase(SINKS):
+            sizing = for_records(rt.trace(pipeline.flow.views[view]).state.records)
+            with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(sizing):
                 report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
         failpoint("tick.sinks_committed")
     report.profile = profiler.result()
@@ -249,7 +252,8 @@ def ingest(
         changes = capture.changes
         if changes is None:
             changes = pipeline.flow.empty_updates(node.schema).drop("_time")
-        rt.append_source(name, changes, epoch, meta=encode_position(capture.position))
+        with rt.sized(for_bytes(estimated_bytes(changes))):
+            rt.append_source(name, changes, epoch, meta=encode_position(capture.position))
     except PipelineError:
         raise
     except (PySparkException, Py4JJavaError) as e:

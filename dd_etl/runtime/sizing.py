@@ -16,8 +16,11 @@ of a layer, with no job counting them, and the driver writes them. A large
 interval (an initial load, a backfill, a large change) keeps the session's own
 settings, which are the right ones there.
 
-Which one applies is decided from the trace logs alone (no Spark job): the
-source records the run takes in, plus the sources a recomputed view reads in full.
+Which one applies to a run is decided from the trace logs alone (no Spark job):
+the source records the run takes in, plus the sources a recomputed view reads in
+full. A source's new data is sized by Spark's estimate of its plan before it is
+taken in, and a view's sinks by the records of its trace, which bound both the
+rows a materialized table is rewritten with and the changes a feed appends.
 """
 
 from __future__ import annotations
@@ -63,8 +66,18 @@ SMALL = Sizing(
 LARGE = Sizing("large")
 
 
+SMALL_INTERVAL_BYTES = 2 * 2**20
+"""Up to this many bytes (Spark's estimate of a plan: file sizes for a scan) a
+source's new data is taken in as a small interval. A few hundred changed rows
+are kilobytes; 20,000 records of a few columns are about a megabyte of parquet."""
+
+
 def for_records(records: int) -> Sizing:
     return SMALL if records <= SMALL_INTERVAL_RECORDS else LARGE
+
+
+def for_bytes(estimated: int) -> Sizing:
+    return SMALL if estimated <= SMALL_INTERVAL_BYTES else LARGE
 
 
 @contextmanager
