@@ -62,5 +62,8 @@ def negate(df: DataFrame) -> DataFrame:
 
 
 def consolidate(df: DataFrame) -> DataFrame:
+    """``trace.consolidation.consolidated`` through the column API: loops consolidate
+    narrow frames many times per round, where parsing SQL text costs more than the
+    round trips it saves (the SCC test took 8 % longer with it)."""
     group = [c for c in df.columns if c != DIFF]
     return df.groupBy(*group).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)

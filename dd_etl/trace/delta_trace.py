@@ -33,7 +33,8 @@ from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
 from dd_etl.sql_text import quote
 from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
-from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
+from dd_etl.trace.columns import KEY_HASH, time_columns
+from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import SinceViolation, TraceError
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
 from dd_etl.trace.spine import HASH_SPACE, HashRange
@@ -230,7 +231,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         wanted = sql_text.select(keys, [f"{k} AS {p}" for k, p in probe]).distinct()
         if self.local_reads:
             wanted = wanted.coalesce(1)
-        cond = F.expr(" AND ".join(f"{k} <=> {p}" for k, p in probe))
+        cond = sql_text.expr(df.sparkSession, " AND ".join(f"{k} <=> {p}" for k, p in probe))
         return sql_text.columns(df.join(wanted, cond, "inner"), df.columns)
 
     def _read(
@@ -261,8 +262,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             times = zip(time_columns(self.state.dims), at, strict=True)
             df = df.where(" AND ".join(f"{quote(c)} <= {bound}" for c, bound in times))
         data = spark_files.data_schema(self.state).fieldNames()
-        summed = sql_text.group(df, data, [f"sum({quote(DIFF)}) AS {quote(DIFF)}"])
-        return summed.where(f"{quote(DIFF)} != 0")
+        return consolidated(df, data)
 
     @property
     def key_types(self) -> tuple[DataType, ...]:

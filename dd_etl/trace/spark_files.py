@@ -27,6 +27,7 @@ from dd_etl.profiling import SPARK, phase
 from dd_etl.sql_text import cast, quote
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
+from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import TraceError
 from dd_etl.trace.file_stats import make_stats
 from dd_etl.trace.state import TraceState
@@ -101,8 +102,7 @@ def consolidate(df: DataFrame, partitions: int) -> DataFrame:
     # One file needs no range boundaries and no shuffle: a single partition already
     # satisfies the aggregation's distribution.
     laid_out = df.coalesce(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
-    summed = sql_text.group(laid_out, group, [f"sum({quote(DIFF)}) AS {quote(DIFF)}"])
-    out = summed.where(f"{quote(DIFF)} != 0").sortWithinPartitions(KEY_HASH)
+    out = consolidated(laid_out, group).sortWithinPartitions(KEY_HASH)
     # the stored layout ends with the diff, as the aggregation leaves it
     return out if columns[-1] == DIFF else sql_text.columns(out, columns)
 
