@@ -1,15 +1,15 @@
 """Spark's JVM starts from a class data sharing archive of the classes it loaded before.
 
 Starting Spark in a fresh process is mostly the JVM loading, verifying and
-linking some 20,000 classes, and every ``dd-etl`` command pays it. The JDK can
+linking its classes, and every ``dd-etl`` command pays it. The JDK can
 write the classes a process loaded to an archive when it exits
 (``-XX:ArchiveClassesAtExit``) and map them from there in later processes
 (``-XX:SharedArchiveFile``): on a 2-core machine that took a session's start and
 first two queries from about 10.5 s to 6.5 s.
 
 The first process on a machine (per Spark installation and JDK) writes the
-archive as its JVM exits: it waits for that at exit, a few seconds once, and
-then moves the archive into place in one rename, so a reader never sees half of
+archive as its JVM exits: it waits for that at exit (about 15 s on a 2-core
+machine, once) and then moves the archive into place in one rename, so a reader never sees half of
 one. A process killed before it writes leaves at most an unnamed temporary file,
 removed by a later start. A mismatched or unreadable archive is not an error:
 the JVM then runs without it.
@@ -21,6 +21,7 @@ directory by default), or ``off``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import shutil
@@ -41,6 +42,9 @@ QUIET = "-Xlog:cds*=off"
 """The JVM logs to standard output, which carries command output (e.g. ``--json``)."""
 STALE_SECONDS = 600
 """A temporary archive this old belongs to a process that died before moving it."""
+UNUSED_SECONDS = 30 * 24 * 3600
+"""An archive no process has started from for this long is removed (one is kept
+per Spark installation and JDK, and a virtual environment is an installation)."""
 WRITE_TIMEOUT_SECONDS = 120
 
 
@@ -73,8 +77,9 @@ def archive_for(options: Mapping[str, str]) -> Archive | None:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    _remove_stale(root)
-    return Archive(root / f"spark-{_key(options)}.jsa")
+    archive = Archive(root / f"spark-{_key(options)}.jsa")
+    _remove_stale(root, archive.path)
+    return archive
 
 
 def with_archive(options: Mapping[str, str], archive: Archive) -> dict[str, str]:
@@ -140,11 +145,17 @@ def _key(options: Mapping[str, str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _remove_stale(root: Path) -> None:
+def _remove_stale(root: Path, current: Path) -> None:
+    """Mark ``current`` used; remove what no process will use again: a temporary
+    archive its writer left, an archive of another Spark or JDK left unused."""
     now = time.time()
-    for pending in root.glob("*.tmp"):
+    with contextlib.suppress(OSError):  # not written yet
+        os.utime(current)
+    for path, age in [(p, STALE_SECONDS) for p in root.glob("*.tmp")] + [
+        (p, UNUSED_SECONDS) for p in root.glob("spark-*.jsa") if p != current
+    ]:
         try:
-            if now - pending.stat().st_mtime > STALE_SECONDS:
-                pending.unlink()
+            if now - path.stat().st_mtime > age:
+                path.unlink()  # a JVM that maps it keeps its mapping
         except OSError:
             pass  # another process removed or moved it

@@ -57,17 +57,25 @@ def test_a_class_path_of_its_own_gets_an_archive_of_its_own(
     assert plain is not None and extended is not None and plain.path != extended.path
 
 
-def test_only_a_dead_writers_temporary_archive_is_removed(
+def test_only_what_no_process_will_use_again_is_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A dead writer's temporary archive, and an archive of another installation
+    unused for long; the archive in use is marked used whatever its age."""
     monkeypatch.setenv(ARCHIVE_ENV, str(tmp_path))
+    current = archive_for({})
+    assert current is not None
     stale, fresh = tmp_path / "spark-a.jsa.1.tmp", tmp_path / "spark-a.jsa.2.tmp"
-    stale.write_bytes(b"x")
-    fresh.write_bytes(b"x")
-    old = time.time() - jvm_archive.STALE_SECONDS - 1
-    os.utime(stale, (old, old))
+    unused, recent = tmp_path / "spark-b.jsa", tmp_path / "spark-c.jsa"
+    long_ago = time.time() - jvm_archive.UNUSED_SECONDS - 1
+    for path in (stale, fresh, unused, recent, current.path):
+        path.write_bytes(b"x")
+    for path in (stale, unused, current.path):
+        os.utime(path, (long_ago, long_ago))
     archive_for({})
     assert not stale.exists() and fresh.exists()
+    assert not unused.exists() and recent.exists()
+    assert current.path.exists() and current.path.stat().st_mtime > long_ago + 1
 
 
 def _child(archives: Path, path: Path) -> subprocess.CompletedProcess[str]:

@@ -135,10 +135,10 @@ def tick_holding_lock(
             done = f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date"
             progress("run", done)
         for view in chosen:
-            if epoch_of(rt.trace(pipeline.flow.views[view]).state.upper) <= epoch:
+            state = rt.trace(pipeline.flow.views[view]).state
+            if epoch_of(state.upper) <= epoch:
                 continue  # a source it reads has not taken in the epoch yet
-            sizing = for_records(rt.trace(pipeline.flow.views[view]).state.records)
-            with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(sizing):
+            with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(for_records(state.records)):
                 report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
         failpoint("tick.sinks_committed")
     report.profile = profiler.result()
