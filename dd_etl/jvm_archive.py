@@ -9,10 +9,10 @@ first two queries from about 10.5 s to 6.5 s.
 
 The first process on a machine (per Spark installation and JDK) writes the
 archive as its JVM exits: it waits for that at exit (about 15 s on a 2-core
-machine, once) and then moves the archive into place in one rename, so a reader never sees half of
-one. A process killed before it writes leaves at most an unnamed temporary file,
-removed by a later start. A mismatched or unreadable archive is not an error:
-the JVM then runs without it.
+machine, once) and then moves the archive into place in one rename, so a
+reader never sees half of one. A process killed before it writes leaves at
+most an unnamed temporary file, removed by a later start. A mismatched or
+unreadable archive is not an error: the JVM then runs without it.
 
 ``DD_ETL_JVM_ARCHIVE`` names the directory to keep archives in (the user's cache
 directory by default), or ``off``.
@@ -50,9 +50,11 @@ WRITE_TIMEOUT_SECONDS = 120
 
 @dataclass(frozen=True)
 class Archive:
-    """The archive for one Spark installation, JDK and class path."""
+    """The archive for one Spark installation, JDK and class path, and whether this
+    process's JVM writes it (decided once: another process may finish it meanwhile)."""
 
     path: Path
+    writes: bool
 
     @property
     def pending(self) -> Path:
@@ -60,9 +62,9 @@ class Archive:
         return self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
 
     def java_options(self) -> str:
-        if self.path.exists():
-            return f"-XX:SharedArchiveFile={self.path} {QUIET}"
-        return f"-XX:ArchiveClassesAtExit={self.pending} {QUIET}"
+        if self.writes:
+            return f"-XX:ArchiveClassesAtExit={self.pending} {QUIET}"
+        return f"-XX:SharedArchiveFile={self.path} {QUIET}"
 
 
 def archive_for(options: Mapping[str, str]) -> Archive | None:
@@ -77,9 +79,9 @@ def archive_for(options: Mapping[str, str]) -> Archive | None:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    archive = Archive(root / f"spark-{_key(options)}.jsa")
-    _remove_stale(root, archive.path)
-    return archive
+    path = root / f"spark-{_key(options)}.jsa"
+    _remove_stale(root, path)
+    return Archive(path, writes=not path.exists())
 
 
 def with_archive(options: Mapping[str, str], archive: Archive) -> dict[str, str]:
@@ -91,7 +93,7 @@ def with_archive(options: Mapping[str, str], archive: Archive) -> dict[str, str]
 def keep_at_exit(archive: Archive, jvm: Popen[bytes] | None, stop: Callable[[], None]) -> None:
     """If ``jvm`` writes ``archive`` when it exits, end it at this process's exit
     (``stop`` first ends what runs on it), wait for the archive and move it into place."""
-    if jvm is None or archive.path.exists():
+    if jvm is None or not archive.writes:
         return
     atexit.register(_finish, archive, jvm, stop)
 

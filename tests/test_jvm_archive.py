@@ -37,7 +37,10 @@ def test_archive_is_written_where_configured_and_used_once_there(
     assert archive is not None and archive.path.parent == tmp_path
     assert f"-XX:ArchiveClassesAtExit={archive.pending}" in archive.java_options()
     archive.path.write_bytes(b"x")
-    assert f"-XX:SharedArchiveFile={archive.path}" in archive.java_options()
+    assert f"-XX:ArchiveClassesAtExit={archive.pending}" in archive.java_options()  # as decided
+    written = archive_for({})
+    assert written is not None and not written.writes
+    assert f"-XX:SharedArchiveFile={archive.path}" in written.java_options()
 
 
 def test_archive_options_keep_the_deployments_own(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,7 +48,7 @@ def test_archive_options_keep_the_deployments_own(monkeypatch: pytest.MonkeyPatc
     assert archive_for({}) is None
     monkeypatch.delenv(ARCHIVE_ENV)
     assert archive_for({"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}) is None
-    options = with_archive({JAVA_OPTIONS: "-Dx=1"}, Archive(Path("a.jsa")))
+    options = with_archive({JAVA_OPTIONS: "-Dx=1"}, Archive(Path("a.jsa"), writes=False))
     assert options[JAVA_OPTIONS].startswith("-Dx=1 -XX:")
 
 
