@@ -60,6 +60,9 @@ SMALL = Sizing(
         # one-partition join inputs stay one partition up to any size Spark
         # estimates for them (its estimates of a join of joins pass even this)
         "spark.sql.maxSinglePartitionBytes": str(2**63 - 1),
+        # a limited collect reads every partition in its first job, not one
+        # partition and then, short of rows, the rest in another
+        "spark.sql.limit.initialNumPartitions": "1000000",
     },
     driver_rows=True,
 )

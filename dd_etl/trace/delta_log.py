@@ -26,6 +26,7 @@ from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.file_stats import make_stats
+from dd_etl.trace.open_tables import OpenTables
 from dd_etl.trace.state import TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
 
@@ -57,6 +58,9 @@ def open_table(uri: str, version: int | None = None) -> DeltaTable:
         raise TraceNotFound(uri) from e
 
 
+_opened = OpenTables(open_table)
+
+
 def read_state(table: DeltaTable) -> TraceState:
     """The state committed last at or before the table's version."""
     return latest_state(table)[1]
@@ -78,9 +82,9 @@ def latest_state(table: DeltaTable) -> tuple[int, TraceState]:
 
 
 def load(uri: str) -> Snapshot:
-    table = open_table(uri)
-    state = read_state(table)
-    return Snapshot(table.version(), state, files_by_batch(table, state.dims))
+    with _opened.latest(uri) as table:
+        state = read_state(table)
+        return Snapshot(table.version(), state, files_by_batch(table, state.dims))
 
 
 def files_by_batch(table: DeltaTable, dims: int) -> dict[str, list[DataFile]]:
@@ -119,8 +123,13 @@ def create(uri: str, state: TraceState, arrow_schema: object) -> None:
 
 
 def commit(uri: str, expected_version: int, change: Commit) -> int:
+    with _opened.at(uri, expected_version) as opened:
+        return _commit(uri, expected_version, change, opened)
+
+
+def _commit(uri: str, expected_version: int, change: Commit, table: DeltaTable | None) -> int:
     try:
-        table = open_table(uri, expected_version)
+        table = open_table(uri, expected_version) if table is None else table
     except TraceNotFound:
         # ``clean_log`` removed that version: only after a newer state was committed.
         if open_table(uri).version() > expected_version:

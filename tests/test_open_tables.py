@@ -1,0 +1,71 @@
+"""Delta tables kept open between reads: brought up to date by the commits made
+since, and never reused once their log is not the log they were opened on."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from dd_etl.trace.open_tables import OpenTables
+
+
+def _rows(*values: int) -> pa.Table:
+    return pa.table({"v": pa.array(values, pa.int64())})
+
+
+def _opener(opened: list[str]) -> OpenTables:
+    def open_table(uri: str) -> DeltaTable:
+        opened.append(uri)
+        return DeltaTable(uri)
+
+    return OpenTables(open_table)
+
+
+def _values(table: DeltaTable) -> list[int]:
+    return sorted(table.to_pyarrow_table().column("v").to_pylist())
+
+
+def test_a_kept_table_sees_commits_made_elsewhere_without_opening_again(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _rows(1))
+    opened: list[str] = []
+    tables = _opener(opened)
+    with tables.latest(uri) as first:
+        assert _values(first) == [1]
+    write_deltalake(uri, _rows(2), mode="append")  # another writer
+    with tables.latest(uri) as second:
+        assert second is first
+        assert second.version() == 1
+        assert _values(second) == [1, 2]
+    assert opened == [uri]
+
+
+def test_a_table_is_committed_to_at_the_version_it_is_kept_at(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _rows(1))
+    tables = _opener([])
+    with tables.latest(uri) as table:
+        pass
+    with tables.at(uri, 0) as kept:
+        assert kept is table
+    with tables.at(uri, 1) as other:
+        assert other is None  # not at that version: the caller opens it there
+
+
+def test_a_table_created_again_is_opened_afresh(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _rows(1))
+    write_deltalake(uri, _rows(2), mode="append")
+    opened: list[str] = []
+    tables = _opener(opened)
+    with tables.latest(uri):
+        pass
+    shutil.rmtree(uri)  # dropped and created again, now one commit behind
+    write_deltalake(uri, _rows(7))
+    write_deltalake(uri, _rows(8), mode="append")
+    with tables.latest(uri) as table:
+        assert _values(table) == [7, 8]
+    assert opened == [uri, uri]
