@@ -43,16 +43,23 @@ def test_a_kept_table_sees_commits_made_elsewhere_without_opening_again(tmp_path
     assert opened == [uri]
 
 
-def test_a_table_is_committed_to_at_the_version_it_is_kept_at(tmp_path: Path) -> None:
+def test_a_commit_uses_the_kept_table_only_at_its_version(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_deltalake(uri, _rows(1))
-    tables = _opener([])
+    opened: list[str] = []
+    tables = _opener(opened)
     with tables.latest(uri) as table:
         pass
-    with tables.at(uri, 0) as kept:
-        assert kept is table
     with tables.at(uri, 1) as other:
         assert other is None  # not at that version: the caller opens it there
+    with tables.at(uri, 0) as kept:
+        assert kept is table
+        write_deltalake(kept, _rows(2), mode="append")  # the commit, on the kept table
+    with tables.latest(uri) as after:
+        assert after is table
+        assert after.version() == 1
+        assert _values(after) == [1, 2]
+    assert opened == [uri]
 
 
 def test_a_table_created_again_is_opened_afresh(tmp_path: Path) -> None:
