@@ -25,6 +25,14 @@ _armed = _parse(os.environ.get(_ENV, ""))
 _hits: dict[str, int] = {}
 
 
+def rearm() -> None:
+    """Arm the failpoints ``DD_ETL_FAILPOINTS`` names now, counting from zero: for a
+    process that runs many commands, each with its caller's environment."""
+    global _armed
+    _armed = _parse(os.environ.get(_ENV, ""))
+    _hits.clear()
+
+
 def failpoint(name: str) -> None:
     if not _armed or name not in _armed:
         return

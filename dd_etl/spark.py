@@ -9,6 +9,11 @@ bury its messages, so the JVM is started with its standard error kept aside and
 PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
 (``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
 The JVM starts from an archive of the classes it loaded before (``jvm_archive``).
+
+A process that serves many commands (``dd_etl.server``) keeps its Spark only for
+commands that ask for the settings it was started with: ``settings_must_match``
+makes any other request raise ``SettingsDiffer`` instead of silently getting a
+session configured for another pipeline.
 """
 
 from __future__ import annotations
@@ -42,6 +47,21 @@ SPARK_LOGS_ENV = "DD_ETL_SPARK_LOGS"
 ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 """PySpark's loggers of the errors it raises (``PySparkException._log_exception``)."""
 
+Settings = tuple[str, tuple[tuple[str, str], ...]]
+"""A session's master and the options asked for beyond the defaults."""
+
+
+class SettingsDiffer(BaseException):
+    """A session was asked for with other settings than the running Spark's, in a
+    process where they must match. A ``BaseException``: no command may handle it."""
+
+
+class _Spark:
+    """What this process's Spark was started with, and whether it is kept to it."""
+
+    started: Settings | None = None
+    must_match = False
+
 
 def session(
     app_name: str = "dd_etl",
@@ -54,6 +74,11 @@ def session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     options = {**DEFAULT_CONF, **(conf or {})}
     master = master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
+    settings: Settings = (master, tuple(sorted((conf or {}).items())))
+    if _starts_jvm():
+        _Spark.started = settings
+    elif _Spark.must_match and settings != _Spark.started:
+        raise SettingsDiffer(f"Spark runs with {_Spark.started}, asked for {settings}")
     quiet = not os.environ.get(SPARK_LOGS_ENV)
     if quiet:
         _silence_error_loggers()
@@ -70,6 +95,17 @@ def session(
     if archive is not None:
         keep_at_exit(archive, getattr(SparkContext._gateway, "proc", None), spark.stop)
     return spark
+
+
+def running_settings() -> Settings | None:
+    """The settings this process's Spark was started with, if it was."""
+    return _Spark.started
+
+
+def settings_must_match() -> None:
+    """From now on, a session asked for with other settings than the running Spark's
+    raises ``SettingsDiffer``."""
+    _Spark.must_match = True
 
 
 def _starts_jvm() -> bool:

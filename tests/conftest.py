@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
+from dd_etl.server.identity import SERVER_ENV
 from dd_etl.spark import session
+
+# Every ``dd-etl`` a test starts runs in its own process, as it did before servers:
+# a test of the server turns it on, with a directory of its own.
+os.environ[SERVER_ENV] = "off"
 
 
 @pytest.fixture(scope="session")

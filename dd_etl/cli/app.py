@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 
-from dd_etl.cli.output import out
+from dd_etl.cli.consoles import out
 from dd_etl.cli.pipeline_commands import app as pipeline_app
 from dd_etl.cli.render import DEBUG, RenderingGroup
+from dd_etl.cli.server_commands import app as server_app
 from dd_etl.cli.trace_commands import app as trace_app
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 app.add_typer(pipeline_app)
 app.add_typer(trace_app, name="trace")
+app.add_typer(server_app, name="server")
 
 
 @app.callback()

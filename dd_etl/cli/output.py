@@ -11,16 +11,12 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
-from dd_etl.cli.render import err
+from dd_etl.cli.consoles import err, out
 
 if TYPE_CHECKING:
     from dd_etl.trace.maintenance import MaintenanceReport
-
-# Not a terminal (a pipe, a file): wide enough that tables keep whole names.
-out = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def orderable(datatype: Any) -> bool:

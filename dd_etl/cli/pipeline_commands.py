@@ -16,8 +16,9 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dd_etl.cli.output import orderable, out, print_maintenance, print_rows
-from dd_etl.cli.render import err, fail
+from dd_etl.cli.consoles import err, out
+from dd_etl.cli.output import orderable, print_maintenance, print_rows
+from dd_etl.cli.render import fail
 
 if TYPE_CHECKING:
     from dd_etl.pipeline.build import Pipeline

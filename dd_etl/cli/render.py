@@ -14,15 +14,13 @@ import traceback
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from dd_etl.cli.consoles import err
 from dd_etl.errors import INTERNAL_ERROR, DdEtlError
 
-# Not a terminal (a pipe, a file): wide enough that messages keep whole names.
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 DEBUG = {"on": False}
 
 

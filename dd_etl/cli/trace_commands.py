@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dd_etl.cli.output import out, print_maintenance
+from dd_etl.cli.consoles import out
+from dd_etl.cli.output import print_maintenance
 
 app = typer.Typer(no_args_is_help=True, help="Inspect and maintain one trace.")
 
