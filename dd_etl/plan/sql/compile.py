@@ -12,6 +12,7 @@ from dd_etl.plan.dataflow import Collection, Dataflow
 from dd_etl.plan.sql.errors import Located
 from dd_etl.plan.sql.frontend import catalog, check_tables, parse, resolve
 from dd_etl.plan.sql.relational import Compiler
+from dd_etl.plan.sql.scope import columns_read
 
 
 def compile_view(
@@ -35,7 +36,7 @@ def compile_view(
     known = catalog(tables)
     check_tables(tree, known, loc)
     tree = resolve(tree, known, dialect, loc)
-    out = Compiler(flow, known, loc).query(tree, {})
+    out = Compiler(flow, known, loc, columns_read(tree)).query(tree, {})
     seen: set[str] = set()
     for output, node in zip(out.names, _projections(tree), strict=False):
         if output in seen:

@@ -48,10 +48,19 @@ def _how(j: exp.Join) -> How | None:
 
 
 class Compiler:
-    def __init__(self, flow: Dataflow, tables: Mapping[str, Table], loc: Located) -> None:
+    def __init__(
+        self,
+        flow: Dataflow,
+        tables: Mapping[str, Table],
+        loc: Located,
+        read: Mapping[str, set[str]] | None = None,
+    ) -> None:
+        """``read``: per table alias, the columns the statement reads of it
+        (``scope.columns_read``); a table is read for those only."""
         self.flow = flow
         self.tables = tables
         self.loc = loc
+        self.read = read
         self.names = Names()
         self.subqueries = Subqueries(self)
 
@@ -91,7 +100,10 @@ class Compiler:
             table = self.tables[item.name]
             cols = list(table.columns)
             out = Output(table.collection, [table.columns[c] for c in cols])
-            return out.as_rel(alias, self.names)
+            # Only the columns the query reads: arrangements (and every lookup
+            # into them) hold what the query needs, not the table's every column.
+            used = None if self.read is None else self.read.get(alias.lower(), set())
+            return out.as_rel(alias, self.names, used)
         if isinstance(item, exp.Subquery):
             return self.query(item, ctes).as_rel(alias, self.names)
         if isinstance(item, exp.Values):

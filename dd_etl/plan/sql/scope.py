@@ -99,6 +99,17 @@ def references(node: exp.Expr) -> set[str]:
     return {c.table for c in local_columns(node)}
 
 
+def columns_read(tree: exp.Expr) -> dict[str, set[str]]:
+    """Per table alias, the columns the whole statement reads of it (correlated
+    subqueries included). An alias named in several scopes gets the union: more
+    columns than needed, never fewer."""
+    read: dict[str, set[str]] = {}
+    for column in tree.find_all(exp.Column):
+        if column.table:
+            read.setdefault(column.table.lower(), set()).add(column.name.lower())
+    return read
+
+
 def rewrite(node: exp.Expr, replace: Callable[[exp.Expr], exp.Expr | None]) -> exp.Expr:
     """A copy of ``node`` with every subtree for which ``replace`` gives a node
     replaced by it (outermost first; replacements are not visited again)."""
