@@ -5,7 +5,7 @@ process would: the same interpreter, the same dd_etl sources and installed packa
 and the same environment for starting Spark. All of it goes into a digest that
 names the server's socket, so a changed file or setting simply finds no server and
 starts a new one (the old one leaves when idle). The Spark settings a pipeline asks
-for are checked by the server itself (``dd_etl.spark.require_settings``).
+for are checked by the server itself (``dd_etl.spark.settings_must_match``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ DEFAULT_IDLE_SECONDS = 900.0
 SPARK_ENVIRONMENT = ("DD_ETL_SPARK", "DD_ETL_JVM", "SPARK_", "PYSPARK_", "JAVA_", "HADOOP_", "JDK_")
 """Prefixes of the variables Spark's start reads (its master, JVM, archive, jars)."""
 SPARK_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
+"""Variables that decide which ``java``, packages and native libraries are found."""
 PACKAGE = str(Path(dd_etl.__file__).parent)
 
 
