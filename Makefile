@@ -44,4 +44,5 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_bfs.py
 
 clean:
+	-$(BIN)/dd-etl server stop 2>/dev/null
 	rm -rf $(VENV) traces/demo traces/taxi assets/taxi/data assets/taxi/out .pytest_cache .mypy_cache .ruff_cache .hypothesis
