@@ -18,17 +18,17 @@ app = typer.Typer(
 )
 
 
-def _servers() -> list[dict[str, Any]]:
-    directory = identity.directory(os.environ)
-    answers = (client.ask(path, {"kind": "status"}) for path in sorted(directory.glob("*.sock")))
-    return [a for a in answers if a is not None]
+def _ask_all(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answers of this user's servers to ``message`` (a dead one's socket, none)."""
+    paths = identity.sockets(identity.directory(os.environ))
+    return [a for a in (client.ask(p, message) for p in paths) if a is not None]
 
 
 @app.command("status")
 def server_status() -> None:
     """Each server of this user: its process, whether it runs a command, how many it
     ran, and whether this installation and environment would use it."""
-    servers = _servers()
+    servers = _ask_all({"kind": "status"})
     if not servers:
         err.print("no server running", highlight=False)
         return
@@ -47,6 +47,4 @@ def server_status() -> None:
 @app.command("stop")
 def server_stop() -> None:
     """Stop every server of this user: idle ones now, busy ones after their command."""
-    directory = identity.directory(os.environ)
-    stopped = [client.ask(p, {"kind": "stop"}) for p in sorted(directory.glob("*.sock"))]
-    err.print(f"stopped {sum(1 for s in stopped if s is not None)} server(s)", highlight=False)
+    err.print(f"stopped {len(_ask_all({'kind': 'stop'}))} server(s)", highlight=False)

@@ -132,7 +132,7 @@ def stop_others(files: identity.Server) -> None:
     """Servers of this installation for another digest serve code or settings of
     before: they leave now if idle, after their command if not. The lock and log of a
     digest no server listens for go after a week unused."""
-    for path in files.directory.glob("*.sock"):
+    for path in identity.sockets(files.directory):
         if path != files.socket:
             ask(path, {"kind": "stop", "installation": identity.installation()})
     week_ago = time.time() - 7 * 24 * 3600

@@ -77,6 +77,11 @@ def directory(env: Mapping[str, str]) -> Path:
     return path
 
 
+def sockets(directory: Path) -> list[Path]:
+    """The sockets of every server in ``directory``, listening or left by a dead one."""
+    return sorted(directory.glob("*.sock"))
+
+
 def server_for(env: Mapping[str, str]) -> Server:
     return Server(directory(env), digest(env))
 

@@ -53,7 +53,7 @@ class Compiler:
         flow: Dataflow,
         tables: Mapping[str, Table],
         loc: Located,
-        read: Mapping[str, set[str]] | None = None,
+        read: Mapping[str, set[str]],
     ) -> None:
         """``read``: per table alias, the columns the statement reads of it
         (``scope.columns_read``); a table is read for those only."""
@@ -102,8 +102,7 @@ class Compiler:
             out = Output(table.collection, [table.columns[c] for c in cols])
             # Only the columns the query reads: arrangements (and every lookup
             # into them) hold what the query needs, not the table's every column.
-            used = None if self.read is None else self.read.get(alias.lower(), set())
-            return out.as_rel(alias, self.names, used)
+            return out.as_rel(alias, self.names, self.read.get(alias.lower(), set()))
         if isinstance(item, exp.Subquery):
             return self.query(item, ctes).as_rel(alias, self.names)
         if isinstance(item, exp.Values):
