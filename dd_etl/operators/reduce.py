@@ -172,14 +172,16 @@ def delta_reduce(
     )
     acc = summed.where(f"{diff} > 0")
     result = sql_text.select(reducer(acc, key), [*out, at, diff])
-    # +f at each interesting time, -f at the next one
-    plus = sql_text.select(result, [*out, f"{at} AS {time}", diff])
+    # +f at each interesting time, -f at the next one: both from one pass over f,
+    # which Spark would otherwise compute twice (it reuses no subplan without an
+    # exchange, and a small interval's plans have none)
     shifted = null_safe_join(result, sql_text.select(times, [*keyed, at, later]), [*key, AT])
-    minus = sql_text.select(
-        shifted.where(f"{later} IS NOT NULL"), [*out, f"{later} AS {time}", f"-{diff} AS {diff}"]
-    )
+    plus = f"named_struct('t', {at}, 'd', {diff})"
+    minus = f"named_struct('t', {later}, 'd', -{diff})"
+    pairs = f"IF({later} IS NULL, array({plus}), array({plus}, {minus}))"
+    changes = sql_text.select(shifted, [*out, f"inline({pairs}) AS ({time}, {diff})"])
     # -(output before the interval) at each key's first interesting time
     first = sql_text.select(times.where("__first"), [*keyed, f"{at} AS {time}"])
     before = null_safe_join(output_history(keys), first, key)
     retract = sql_text.select(before, [*out, time, f"-{diff} AS {diff}"])
-    return plus.unionByName(minus).unionByName(retract)
+    return changes.unionByName(retract)
