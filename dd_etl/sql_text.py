@@ -60,6 +60,19 @@ def select(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
     return DataFrame(df._jdf.selectExpr(strings), df.sparkSession)
 
 
+def rows_where(alternatives: Sequence[tuple[str, Sequence[str]]], names: Sequence[str]) -> str:
+    """A select item making of each input row one row per alternative
+    ``(condition, expressions)`` whose condition holds, as columns ``names``: the
+    rows two selects of one input would make, where their union would compute
+    that input twice (Spark reuses no common subplan without an exchange)."""
+    structs = []
+    for condition, exprs in alternatives:
+        fields = ", ".join(f"{e} AS __f{i}" for i, e in enumerate(exprs))
+        structs.append(f"IF({condition}, struct({fields}), NULL)")
+    rows = f"filter(array({', '.join(structs)}), __row -> __row IS NOT NULL)"
+    return f"inline({rows}) AS ({', '.join(map(quote, names))})"
+
+
 def columns(df: DataFrame, names: Sequence[str]) -> DataFrame:
     """``df.select(*names)``: columns by name."""
     return select(df, [quote(c) for c in names])

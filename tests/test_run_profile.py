@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from dd_etl.plan import Dataflow
@@ -23,6 +23,7 @@ from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
 from dd_etl.runtime.execution import LAYER_LABEL
+from dd_etl.trace.delta_trace import DeltaTrace
 
 pytestmark = pytest.mark.spark
 
@@ -150,6 +151,37 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
     assert "7 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+
+
+def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan shapes a small interval's cost rests on, as Spark executes them: a
+    reduction's result is computed once for its output's insertions and
+    retractions alike (Spark reuses no subplan without an exchange), and its
+    joins hash the keys it touches, so no history it reads is sorted."""
+    rt = build(spark, tmp_path / "warehouse")
+    load(spark, rt, 60)
+    rt.run()
+    plans: dict[str, str] = {}
+    batch_plan = DeltaTrace.batch_plan
+
+    def recorded(trace: DeltaTrace, updates: DataFrame) -> DataFrame:
+        plan = batch_plan(trace, updates)
+        plans[trace.name] = plan._jdf.queryExecution().executedPlan().toString()
+        return plan
+
+    monkeypatch.setattr(DeltaTrace, "batch_plan", recorded)
+    change(spark, rt, 1)
+    assert rt.run().profile.sizing == "small"  # type: ignore[union-attr]
+    extremes = [x for x in rt.stateful_nodes() if isinstance(x, n.Reduce) and x.kind == "min_max"]
+    assert len(extremes) == 2  # a MIN/MAX hierarchy of two levels
+    for level in extremes:
+        assert plans[level.trace_name].count("functions=[min(") == 1, level.trace_name
+    reductions = [plans[x.trace_name] for x in rt.stateful_nodes() if isinstance(x, n.Reduce)]
+    reductions = [p for p in reductions if "Join" in p]
+    assert len(reductions) >= 4
+    assert all("ShuffledHashJoin" in p and "SortMergeJoin" not in p for p in reductions)
 
 
 def test_large_and_small_sizings_compute_the_same_views(

@@ -95,20 +95,14 @@ def delta_accumulate(
         for c in state
     ]
     steps = sql_text.select(now, [*names, *map(quote, state), *previous])
-    plus = sql_text.select(
-        steps.where(f"{quote(ROWS)} > 0"),
-        [*map(quote, key), *map(quote, state), quote(TIME), f"CAST(1 AS BIGINT) AS {quote(DIFF)}"],
-    )
-    minus = sql_text.select(
-        steps.where(f"{_previous(ROWS)} > 0"),
-        [
-            *map(quote, key),
-            *[f"{_previous(c)} AS {quote(c)}" for c in state],
-            quote(TIME),
-            f"CAST(-1 AS BIGINT) AS {quote(DIFF)}",
-        ],
-    )
-    return plus.unionByName(minus)
+    # the new state inserted, the previous one retracted, from one pass over steps
+    time = quote(TIME)
+    signed = [
+        (f"{quote(ROWS)} > 0", [*map(quote, state), time, "CAST(1 AS BIGINT)"]),
+        (f"{_previous(ROWS)} > 0", [*map(_previous, state), time, "CAST(-1 AS BIGINT)"]),
+    ]
+    rows = sql_text.rows_where(signed, [*state, TIME, DIFF])
+    return sql_text.select(steps, [*map(quote, key), rows])
 
 
 _UP_TO_NOW = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"

@@ -7,23 +7,49 @@ exchange, so a plan over one-partition reads runs as a single stage. Spark does
 not find this by itself: above a join, its output is reported as a collection of
 partitionings, no longer as one partition, and the next join shuffles both sides.
 With more shuffle partitions the inputs are left as they are.
+
+In one partition, a reduction hashes the keys its changes touch, and the
+history it reads for them streams through that hash table: a sort merge join,
+Spark's choice without statistics, would sort every history row read. (A
+broadcast would cost a Spark job of its own.) Only where a plan has few such
+joins: every hashed side of a one-partition plan is held in memory, in pages
+of its own, until the task ends, and a plan of many hashed joins (the delta
+joins of a TPC-H query) ran out of memory where sorts would have spilled.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pyspark.sql import DataFrame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
+Side = Literal["left", "right"]
 
-def colocated(left: DataFrame, right: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``left`` and ``right`` as a join should take them."""
-    return one_partition(left), one_partition(right)
+HASHED = "shuffle_hash"
+
+
+def colocated(
+    left: DataFrame, right: DataFrame, build: Side | None = None
+) -> tuple[DataFrame, DataFrame]:
+    """``left`` and ``right`` as a join should take them; ``build``, the side
+    with fewer rows, to be hashed (it must be one the join type can build)."""
+    if not _one_partition(left):
+        return left, right
+    left, right = left.coalesce(1), right.coalesce(1)
+    if build == "left":
+        left = left.hint(HASHED)
+    elif build == "right":
+        right = right.hint(HASHED)
+    return left, right
 
 
 def one_partition(df: DataFrame) -> DataFrame:
     """``df`` in one partition if the session shuffles into one: also for a union of
     joins' outputs, which Spark would otherwise shuffle for the next aggregate."""
-    if df.sparkSession.conf.get(SHUFFLE_PARTITIONS) != "1":
-        return df
-    return df.coalesce(1)
+    return df.coalesce(1) if _one_partition(df) else df
+
+
+def _one_partition(df: DataFrame) -> bool:
+    return df.sparkSession.conf.get(SHUFFLE_PARTITIONS) == "1"

@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
 from dd_etl.operators.join import History
-from dd_etl.operators.partitions import colocated
+from dd_etl.operators.partitions import Side, colocated
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -126,13 +126,18 @@ def pandas_reduce(function: Callable[[Any], Any], schema: StructType) -> Reducer
 
 
 def null_safe_join(
-    left: DataFrame, right: DataFrame, key: Sequence[str], how: str = "inner"
+    left: DataFrame,
+    right: DataFrame,
+    key: Sequence[str],
+    how: str = "inner",
+    build: Side | None = "right",
 ) -> DataFrame:
-    """Join on ``key`` treating NULL as a value: grouping keys, unlike join keys, may be NULL."""
+    """Join on ``key`` treating NULL as a value: grouping keys, unlike join keys, may
+    be NULL. ``build``, the side with the touched keys, is hashed (``colocated``)."""
     renamed = [(quote(k), quote(f"__r_{k}")) for k in key]
     kept = [quote(c) for c in right.columns if c not in key]
     r = sql_text.select(right, [*[f"{k} AS {r}" for k, r in renamed], *kept])
-    left, r = colocated(left, r)
+    left, r = colocated(left, r, build if key else None)
     # one group (no key): every row matches
     cond = " AND ".join(f"__left.{k} <=> __right.{r}" for k, r in renamed) or "TRUE"
     on = sql_text.expr(left.sparkSession, cond)
@@ -149,6 +154,10 @@ def delta_reduce(
     reducer: Reducer,
     history_time: int,
 ) -> DataFrame:
+    """The reduction's output changes for the keys ``d_in`` touches. The histories
+    may be given as raw updates, unconsolidated and with rows of other keys: every
+    history row is joined on its key and summed here (and a batch is consolidated
+    as it is written)."""
     names = [c for c in d_in.columns if c not in (TIME, DIFF)]
     data = [quote(c) for c in names]
     keyed = [quote(k) for k in key]
@@ -172,14 +181,10 @@ def delta_reduce(
     )
     acc = summed.where(f"{diff} > 0")
     result = sql_text.select(reducer(acc, key), [*out, at, diff])
-    # +f at each interesting time, -f at the next one: both from one pass over f,
-    # which Spark would otherwise compute twice (it reuses no subplan without an
-    # exchange, and a small interval's plans have none)
+    # +f at each interesting time, -f at the next one, from one pass over f
     shifted = null_safe_join(result, sql_text.select(times, [*keyed, at, later]), [*key, AT])
-    plus = f"named_struct('t', {at}, 'd', {diff})"
-    minus = f"named_struct('t', {later}, 'd', -{diff})"
-    pairs = f"IF({later} IS NULL, array({plus}), array({plus}, {minus}))"
-    changes = sql_text.select(shifted, [*out, f"inline({pairs}) AS ({time}, {diff})"])
+    signed = [("TRUE", [at, diff]), (f"{later} IS NOT NULL", [later, f"-{diff}"])]
+    changes = sql_text.select(shifted, [*out, sql_text.rows_where(signed, [TIME, DIFF])])
     # -(output before the interval) at each key's first interesting time
     first = sql_text.select(times.where("__first"), [*keyed, f"{at} AS {time}"])
     before = null_safe_join(output_history(keys), first, key)

@@ -321,18 +321,28 @@ class Interval:
         return self._unchanged[node.id]
 
     def history(
-        self, node: n.Node, before: int | None = None, probe: n.Node | None = None
+        self,
+        node: n.Node,
+        before: int | None = None,
+        probe: n.Node | None = None,
+        exact: bool = True,
     ) -> Callable[[DataFrame], DataFrame]:
         """The node's trace accumulated before epoch ``before`` (default: the run's
         lower), for keys that (when ``probe`` is given) are among those ``probe``'s
-        changes in the interval touch, in the same key columns, in order."""
+        changes in the interval touch, in the same key columns, in order. Not
+        ``exact``: the updates before it, not consolidated, and maybe with those of
+        other keys (``DeltaTrace.updates_until``), for a consumer that joins on the
+        key and sums per key itself."""
         at = (self.lower if before is None else before) - 1
 
         def read(keys: DataFrame) -> DataFrame:
             if at < 0:
                 return self.rt.flow.empty_updates(node.schema).drop(TIME)
             trace = self.rt.trace(node)
-            return trace.read_at((at,), keys=keys, key_hashes=self._touched_hashes(probe, trace))
+            hashes = self._touched_hashes(probe, trace)
+            if exact:
+                return trace.read_at((at,), keys=keys, key_hashes=hashes)
+            return trace.updates_until((at,), keys, hashes)
 
         return read
 
@@ -415,8 +425,8 @@ class Interval:
             probe = ins[0] if keyed_by(ins[0], node.key) else None
             return lambda: delta_reduce(
                 self.delta(ins[0]),
-                self.history(ins[0], probe=probe),
-                self.history(node, probe=probe),
+                self.history(ins[0], probe=probe, exact=False),
+                self.history(node, probe=probe, exact=False),
                 node.key,
                 node.columns,
                 reducer,

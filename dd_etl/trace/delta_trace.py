@@ -33,7 +33,7 @@ from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
 from dd_etl.sql_text import quote
 from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
-from dd_etl.trace.columns import KEY_HASH, time_columns
+from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import SinceViolation, TraceError
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
@@ -204,6 +204,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         at: Time | None = None,
         since: Time | None = None,
         key_hashes: Sequence[int] | None = None,
+        exact: bool = True,
     ) -> DataFrame:
         """Stored updates (data, key hash, times, diff), optionally only of ``keys``,
         and only from files that can hold times ``≤ at`` and times ``≥ since``
@@ -212,6 +213,9 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         ``key_hashes``, the sorted hashes of ``keys`` as this trace hashes them
         (``key_types``), when the caller knows them: only rows with those hashes
         are read, in the driver (``arrow_files``), rather than whole files by Spark.
+        Those rows are exactly the keys' unless ``exact`` is false: then rows of
+        other keys sharing a hash may stay, for a caller that joins on the key
+        anyway, saving a join of every row read.
         """
         files = self.files()
         if at is not None:
@@ -220,30 +224,41 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             files = [f for f in files if _may_hold_times_from(f, since, self.state.dims)]
         if keys is None or not self.state.key:
             return self._read(files)
-        if key_hashes is not None:
-            files = [f for f in files if _holds_any(f, key_hashes)]
+        if key_hashes is None:
+            df = self._read(self._files_for_keys(files, keys))
         else:
-            files = self._files_for_keys(files, keys)
-        df = self._read(files, key_hashes)
+            files = [f for f in files if _holds_any(f, key_hashes)]
+            found = self._read_in_driver(files, key_hashes)
+            if found is not None and not exact:
+                return self._partitioned(found)
+            df = self._partitioned(found if found is not None else self._scan(files))
         # An inner join with the distinct keys, not a semi join: Spark moves a semi
         # join below the one-partition coalesce of a local read, and then shuffles.
+        # In one partition the keys are hashed, rather than every row read sorted.
         probe = [(quote(k), quote(f"__probe_{i}")) for i, k in enumerate(self.state.key)]
         wanted = sql_text.select(keys, [f"{k} AS {p}" for k, p in probe]).distinct()
         if self.local_reads:
-            wanted = wanted.coalesce(1)
+            wanted = wanted.coalesce(1).hint("shuffle_hash")
         cond = sql_text.expr(df.sparkSession, " AND ".join(f"{k} <=> {p}" for k, p in probe))
         return sql_text.columns(df.join(wanted, cond, "inner"), df.columns)
 
-    def _read(
+    def _read(self, files: Sequence[DataFile]) -> DataFrame:
+        """The rows of ``files``: in the driver for local reads, else by Spark."""
+        found = self._read_in_driver(files) if self.local_reads else None
+        return self._partitioned(found if found is not None else self._scan(files))
+
+    def _scan(self, files: Sequence[DataFile]) -> DataFrame:
+        return spark_files.read_files(self.spark, self.uri, self.state, files)
+
+    def _read_in_driver(
         self, files: Sequence[DataFile], key_hashes: Sequence[int] | None = None
-    ) -> DataFrame:
-        """The rows of ``files`` (of ``key_hashes`` only, if given, read in the driver)."""
-        df: DataFrame | None = None
-        if key_hashes is not None or self.local_reads:
-            with phase(LOOKUPS):
-                df = arrow_files.read_rows(self.spark, self.uri, self.state, files, key_hashes)
-        if df is None:
-            df = spark_files.read_files(self.spark, self.uri, self.state, files)
+    ) -> DataFrame | None:
+        """The rows of ``files`` (of ``key_hashes`` only, if given) read in the
+        driver, or None when they are too many (``arrow_files.read_rows``)."""
+        with phase(LOOKUPS):
+            return arrow_files.read_rows(self.spark, self.uri, self.state, files, key_hashes)
+
+    def _partitioned(self, df: DataFrame) -> DataFrame:
         return df.coalesce(1) if self.local_reads else df
 
     def read_at(
@@ -255,14 +270,30 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         """The collection accumulated at time ``at`` (default: everything committed),
         as data columns plus ``_diff``, the multiplicity of each distinct row;
         ``keys`` and ``key_hashes`` as ``updates`` takes them."""
+        self._check_since(at)
+        df = self._until(at, self.updates(keys, at, key_hashes=key_hashes))
+        return consolidated(df, spark_files.data_schema(self.state).fieldNames())
+
+    def updates_until(
+        self, at: Time, keys: DataFrame, key_hashes: Sequence[int] | None
+    ) -> DataFrame:
+        """The updates of ``keys`` at times ``≤ at``, as data columns plus ``_diff``,
+        neither consolidated nor always exact (``updates`` with ``exact`` false):
+        for a reduction, which joins on the key and sums per key itself, it saves
+        a join and an aggregate of every row read, over ``read_at``."""
+        self._check_since(at)
+        return self._until(at, self.updates(keys, at, key_hashes=key_hashes, exact=False))
+
+    def _check_since(self, at: Time | None) -> None:
         if at is not None and not self.state.since.less_equal_time(at):
             raise SinceViolation(self.name, at, self.state.since)
-        df = self.updates(keys, at, key_hashes=key_hashes)
+
+    def _until(self, at: Time | None, updates: DataFrame) -> DataFrame:
+        """``updates`` at times ``≤ at``: data columns and ``_diff``."""
         if at is not None:
             times = zip(time_columns(self.state.dims), at, strict=True)
-            df = df.where(" AND ".join(f"{quote(c)} <= {bound}" for c, bound in times))
-        data = spark_files.data_schema(self.state).fieldNames()
-        return consolidated(df, data)
+            updates = updates.where(" AND ".join(f"{quote(c)} <= {bound}" for c, bound in times))
+        return sql_text.columns(updates, [*spark_files.data_schema(self.state).fieldNames(), DIFF])
 
     @property
     def key_types(self) -> tuple[DataType, ...]:
