@@ -153,24 +153,28 @@ def delta_reduce(
     out_columns: Sequence[str],
     reducer: Reducer,
     history_time: int,
+    one_time: bool = False,
 ) -> DataFrame:
     """The reduction's output changes for the keys ``d_in`` touches. The histories
     may be given as raw updates, unconsolidated and with rows of other keys: every
     history row is joined on its key and summed here (and a batch is consolidated
-    as it is written)."""
+    as it is written). ``one_time``: all of ``d_in`` is at one time (an interval
+    of one epoch, the common case), so no key has a next time to order."""
     names = [c for c in d_in.columns if c not in (TIME, DIFF)]
     data = [quote(c) for c in names]
     keyed = [quote(k) for k in key]
     out = [quote(c) for c in out_columns]
     at, time, diff, later = quote(AT), quote(TIME), quote(DIFF), quote(NEXT)
     times = sql_text.select(d_in, [*keyed, f"{time} AS {at}"]).distinct()
-    keys = sql_text.select(times, keyed).distinct()
-    partition = f"PARTITION BY {', '.join(keyed)} " if key else ""
-    order = f"OVER ({partition}ORDER BY {at})"
-    times = sql_text.select(
-        times,
-        [*keyed, at, f"lead({at}) {order} AS {later}", f"row_number() {order} = 1 AS __first"],
-    )
+    keys = sql_text.select(times, keyed)
+    if not one_time:
+        keys = keys.distinct()
+        partition = f"PARTITION BY {', '.join(keyed)} " if key else ""
+        order = f"OVER ({partition}ORDER BY {at})"
+        times = sql_text.select(
+            times,
+            [*keyed, at, f"lead({at}) {order} AS {later}", f"row_number() {order} = 1 AS __first"],
+        )
     hist = sql_text.select(
         input_history(keys), [*data, f"CAST({history_time} AS BIGINT) AS {time}", diff]
     )
@@ -181,12 +185,16 @@ def delta_reduce(
     )
     acc = summed.where(f"{diff} > 0")
     result = sql_text.select(reducer(acc, key), [*out, at, diff])
-    # +f at each interesting time, -f at the next one, from one pass over f
-    shifted = null_safe_join(result, sql_text.select(times, [*keyed, at, later]), [*key, AT])
-    signed = [("TRUE", [at, diff]), (f"{later} IS NOT NULL", [later, f"-{diff}"])]
-    changes = sql_text.select(shifted, [*out, sql_text.rows_where(signed, [TIME, DIFF])])
+    if one_time:
+        changes = sql_text.select(result, [*out, f"{at} AS {time}", diff])
+        first = sql_text.select(times, [*keyed, f"{at} AS {time}"])
+    else:
+        # +f at each interesting time, -f at the next one, from one pass over f
+        shifted = null_safe_join(result, sql_text.select(times, [*keyed, at, later]), [*key, AT])
+        signed = [("TRUE", [at, diff]), (f"{later} IS NOT NULL", [later, f"-{diff}"])]
+        changes = sql_text.select(shifted, [*out, sql_text.rows_where(signed, [TIME, DIFF])])
+        first = sql_text.select(times.where("__first"), [*keyed, f"{at} AS {time}"])
     # -(output before the interval) at each key's first interesting time
-    first = sql_text.select(times.where("__first"), [*keyed, f"{at} AS {time}"])
     before = null_safe_join(output_history(keys), first, key)
     retract = sql_text.select(before, [*out, time, f"-{diff} AS {diff}"])
     return changes.unionByName(retract)

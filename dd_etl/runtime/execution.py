@@ -431,6 +431,7 @@ class Interval:
                 node.columns,
                 reducer,
                 self.lower - 1,
+                one_time=self.upper - self.lower == 1,
             )
         if isinstance(node, n.Iterate):
             return lambda: self._iterate(node, start)
