@@ -74,7 +74,7 @@ class KeySet:
         if len(self.rows) <= LITERAL_KEYS:
             return df.where(_among(self.schema, self.rows))
         # A frame made from Python rows is an RDD to Spark, of unknown size: say so.
-        return null_safe_join(df, F.broadcast(self.frame), self.columns, "left_semi", None)
+        return null_safe_join(df, F.broadcast(self.frame), self.columns, "left_semi", False)
 
 
 def _among(schema: StructType, rows: Sequence[tuple[Any, ...]]) -> Column:

@@ -19,30 +19,20 @@ joins of a TPC-H query) ran out of memory where sorts would have spilled.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pyspark.sql import DataFrame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
-Side = Literal["left", "right"]
-
-HASHED = "shuffle_hash"
-
 
 def colocated(
-    left: DataFrame, right: DataFrame, build: Side | None = None
+    left: DataFrame, right: DataFrame, hash_right: bool = False
 ) -> tuple[DataFrame, DataFrame]:
-    """``left`` and ``right`` as a join should take them; ``build``, the side
-    with fewer rows, to be hashed (it must be one the join type can build)."""
+    """``left`` and ``right`` as a join should take them; with ``hash_right``,
+    ``right`` (the smaller side, one the join type can build) is hashed."""
     if not _one_partition(left):
         return left, right
-    left, right = left.coalesce(1), right.coalesce(1)
-    if build == "left":
-        left = left.hint(HASHED)
-    elif build == "right":
-        right = right.hint(HASHED)
-    return left, right
+    right = right.coalesce(1)
+    return left.coalesce(1), right.hint("shuffle_hash") if hash_right else right
 
 
 def one_partition(df: DataFrame) -> DataFrame:

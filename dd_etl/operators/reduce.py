@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
 from dd_etl.operators.join import History
-from dd_etl.operators.partitions import Side, colocated
+from dd_etl.operators.partitions import colocated
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -130,14 +130,14 @@ def null_safe_join(
     right: DataFrame,
     key: Sequence[str],
     how: str = "inner",
-    build: Side | None = "right",
+    hash_right: bool = True,
 ) -> DataFrame:
     """Join on ``key`` treating NULL as a value: grouping keys, unlike join keys, may
-    be NULL. ``build``, the side with the touched keys, is hashed (``colocated``)."""
+    be NULL. ``right``, the side with the touched keys, is hashed (``colocated``)."""
     renamed = [(quote(k), quote(f"__r_{k}")) for k in key]
     kept = [quote(c) for c in right.columns if c not in key]
     r = sql_text.select(right, [*[f"{k} AS {r}" for k, r in renamed], *kept])
-    left, r = colocated(left, r, build if key else None)
+    left, r = colocated(left, r, hash_right and bool(key))
     # one group (no key): every row matches
     cond = " AND ".join(f"__left.{k} <=> __right.{r}" for k, r in renamed) or "TRUE"
     on = sql_text.expr(left.sparkSession, cond)

@@ -234,11 +234,10 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             df = self._partitioned(found if found is not None else self._scan(files))
         # An inner join with the distinct keys, not a semi join: Spark moves a semi
         # join below the one-partition coalesce of a local read, and then shuffles.
-        # In one partition the keys are hashed, rather than every row read sorted.
         probe = [(quote(k), quote(f"__probe_{i}")) for i, k in enumerate(self.state.key)]
         wanted = sql_text.select(keys, [f"{k} AS {p}" for k, p in probe]).distinct()
         if self.local_reads:
-            wanted = wanted.coalesce(1).hint("shuffle_hash")
+            wanted = wanted.coalesce(1)
         cond = sql_text.expr(df.sparkSession, " AND ".join(f"{k} <=> {p}" for k, p in probe))
         return sql_text.columns(df.join(wanted, cond, "inner"), df.columns)
 
