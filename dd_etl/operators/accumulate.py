@@ -69,7 +69,13 @@ def delta_accumulate(
     output_history: History,
     key: Sequence[str],
     values: Sequence[str],
+    one_time: bool = False,
 ) -> DataFrame:
+    """The changes of the accumulated state from the changes ``d_in``: at each time
+    a key changes, its new state inserted and its previous one retracted.
+    ``one_time``: all of ``d_in`` is at one time (an interval of one epoch, the
+    common case), so each key changes once, from its state before the interval,
+    and no running sum in time order is needed."""
     state = state_columns(values)
     changes = contributions(d_in, key, values)
     keys = sql_text.columns(changes, key).distinct()
@@ -77,10 +83,34 @@ def delta_accumulate(
         output_history(keys), [*map(quote, key), *[f"{quote(c)} AS {_before(c)}" for c in state]]
     )
     base = null_safe_join(changes, before, key, "left")
+    names = [*map(quote, key), quote(TIME)]
+    if one_time:
+        steps = sql_text.select(
+            base,
+            [
+                *names,
+                *[f"{_add(quote(c), _before(c))} AS {quote(c)}" for c in state],
+                *[f"{_before(c)} AS {_previous(c)}" for c in state],
+            ],
+        )
+    else:
+        steps = _steps(base, key, names, state)
+    # the new state inserted, the previous one retracted, from one pass over steps
+    time = quote(TIME)
+    signed = [
+        (f"{quote(ROWS)} > 0", [*map(quote, state), time, "CAST(1 AS BIGINT)"]),
+        (f"{_previous(ROWS)} > 0", [*map(_previous, state), time, "CAST(-1 AS BIGINT)"]),
+    ]
+    rows = sql_text.rows_where(signed, [*state, TIME, DIFF])
+    return sql_text.select(steps, [*map(quote, key), rows])
+
+
+def _steps(base: DataFrame, key: Sequence[str], names: list[str], state: list[str]) -> DataFrame:
+    """Per key and time of ``base`` (contributions beside the state before), the
+    state after the changes up to that time and the state just before them."""
     partition = f"PARTITION BY {', '.join(map(quote, key))} " if key else ""
     order = f"OVER ({partition}ORDER BY {quote(TIME)})"
     running = f"OVER ({partition}ORDER BY {quote(TIME)} {_UP_TO_NOW})"
-    names = [*map(quote, key), quote(TIME)]
     now = sql_text.select(
         base,
         [
@@ -94,15 +124,7 @@ def delta_accumulate(
         f"CASE WHEN __first THEN {_before(c)} ELSE lag({quote(c)}) {order} END AS {_previous(c)}"
         for c in state
     ]
-    steps = sql_text.select(now, [*names, *map(quote, state), *previous])
-    # the new state inserted, the previous one retracted, from one pass over steps
-    time = quote(TIME)
-    signed = [
-        (f"{quote(ROWS)} > 0", [*map(quote, state), time, "CAST(1 AS BIGINT)"]),
-        (f"{_previous(ROWS)} > 0", [*map(_previous, state), time, "CAST(-1 AS BIGINT)"]),
-    ]
-    rows = sql_text.rows_where(signed, [*state, TIME, DIFF])
-    return sql_text.select(steps, [*map(quote, key), rows])
+    return sql_text.select(now, [*names, *map(quote, state), *previous])
 
 
 _UP_TO_NOW = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"

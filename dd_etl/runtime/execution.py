@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -129,7 +129,11 @@ def _execute(
         # their batches, else each is its own job and Spark overlaps them.
         def plan(node: n.Node) -> Append | None:
             with profiler.trace(_label(node)):
-                return interval.plan(node)
+                planned = interval.plan(node)
+                if planned is None or not sizing.driver_rows:
+                    return planned
+                # the batch as stored planned here too: side by side, not in turn
+                return planned.to_collect()
 
         def append(planned: tuple[Append, CollectedBatch | None]) -> None:
             with profiler.trace(_label(planned[0].node)):
@@ -197,6 +201,13 @@ class Append:
     lower: Antichain
     upper: Antichain
     changes: DataFrame | None  # None: surely empty, its inputs have no changes
+    stored: DataFrame | None = None  # the changes as the trace stores a batch, to collect
+
+    def to_collect(self) -> Append:
+        """This append with its batch planned as one file, for ``collect_batches``."""
+        if self.changes is None:
+            return self
+        return replace(self, stored=self.trace.batch_plan(self.changes))
 
 
 COLLECTED_PER_JOB = 8
@@ -205,14 +216,14 @@ file's worth, and the driver holds all of a job's at once."""
 
 
 def collect_batches(appends: Sequence[Append]) -> list[CollectedBatch | None]:
-    """The batches of ``appends``, computed by one Spark job per
+    """The batches of ``appends`` (``to_collect``), computed by one Spark job per
     ``COLLECTED_PER_JOB`` of them and held by the driver (None for an empty one,
     and for one of more than a file's worth, which its trace then writes with
     Spark on its own)."""
     planned = {
-        i: (a.trace.batch_plan(a.changes), a.trace.delta_storage.rows_per_file)
+        i: (a.stored, a.trace.delta_storage.rows_per_file)
         for i, a in enumerate(appends)
-        if a.changes is not None
+        if a.stored is not None
     }
     order = list(planned)
     collected: dict[int, pa.Table | None] = {}
@@ -419,6 +430,7 @@ class Interval:
                 self.history(node, start),
                 node.key,
                 node.values,
+                one_time=self.upper - start == 1,
             )
         if isinstance(node, n.Reduce):
             reducer = reducer_for(node)
