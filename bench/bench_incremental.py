@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from common import environment, run_recorded, write_json
+from common import environment, recorded_argv, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -494,7 +494,7 @@ def assemble(
     return {
         "benchmark": NAME,
         "complete": complete,
-        "argv": sys.argv[1:],
+        "argv": recorded_argv(),
         "config": asdict(cfg),
         "environment": environment(
             spark,

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import environment, run_recorded, write_json
+from common import environment, recorded_argv, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -432,7 +432,7 @@ def assemble(
     return {
         "benchmark": NAME,
         "complete": complete,
-        "argv": sys.argv[1:],
+        "argv": recorded_argv(),
         "config": asdict(cfg),
         "environment": environment(spark),
         "wall_seconds": round(seconds, 1),

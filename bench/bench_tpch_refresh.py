@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 import sqlglot
 from bench_incremental import executed, timed
-from common import environment, run_recorded, write_json
+from common import environment, recorded_argv, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -483,7 +483,7 @@ def assemble(
     return {
         "benchmark": NAME,
         "complete": verification is not None,
-        "argv": sys.argv[1:],
+        "argv": recorded_argv(),
         "config": asdict(cfg),
         "environment": environment(
             spark,

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import environment, run_recorded, write_json
+from common import environment, recorded_argv, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -365,7 +365,7 @@ def assemble(
     return {
         "benchmark": "trace_spine",
         "complete": False,
-        "argv": sys.argv[1:],
+        "argv": recorded_argv(),
         "config": asdict(cfg),
         "environment": environment(spark),
         "notes": notes,

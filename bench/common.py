@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +68,18 @@ def environment(spark: SparkSession, **extra: Any) -> dict[str, Any]:
         "load_average_1_5_15min": [round(x, 1) for x in os.getloadavg()],
         **extra,
     }
+
+
+def recorded_argv(argv: list[str] | None = None) -> list[str]:
+    """The command's arguments as a result records them: the scratch directory's
+    path is this machine's, not part of what was measured, and stays out."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(args):
+        if arg == "--workdir" and i + 1 < len(args):
+            args[i + 1] = "DIR"
+        elif arg.startswith("--workdir="):
+            args[i] = "--workdir=DIR"
+    return args
 
 
 RESULTS = Path(__file__).resolve().parent / "results"
