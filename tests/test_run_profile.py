@@ -23,7 +23,7 @@ from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
 from dd_etl.runtime.execution import LAYER_LABEL
-from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace
 
 pytestmark = pytest.mark.spark
 
@@ -151,6 +151,28 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
     assert "7 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+
+
+def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_path: Path) -> None:
+    """Epoch after epoch, a small change still costs one job per layer: a lookup
+    whose key hashes are unknown (an accumulation reading its own sums) reads a
+    small trace whole in the driver, however many batch files it has gathered,
+    rather than launch a job to find which files hold the keys."""
+    rt = build(spark, tmp_path / "warehouse")
+    load(spark, rt, 60)
+    rt.run()
+    live = {i: trip(i) for i in range(60)}
+    epochs = range(1, 6)  # the fifth reads five batch files of each sum
+    for epoch in epochs:
+        change(spark, rt, epoch)
+        assert rt.run().profile.spark_jobs == 7, epoch  # type: ignore[union-attr]
+        live[1000 + epoch] = trip(1000 + epoch)
+        live[epoch] = trip(epoch, epoch)
+        del live[50 + epoch]
+    sums = [x for x in rt.stateful_nodes() if isinstance(x, n.Accumulate)]
+    assert sums and all(len(rt.trace(x).files()) > PRUNING_MIN_FILES for x in sums)
+    for view, rows in expected(live).items():
+        assert _rounded(contents(rt, view)) == _rounded(rows), view
 
 
 def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(

@@ -52,6 +52,12 @@ PRUNING_MIN_FILES = 4
 KEY_PRUNING_LIMIT = 100_000
 """Up to this many distinct probe keys, lookups collect key hashes and prune files."""
 
+WHOLE_READ_RECORDS = 20_000
+"""Up to this many records in the files a key lookup may need, a local read takes
+them all in the driver rather than launch a Spark job to find which the keys'
+hashes prune: the job costs more than the read (a small trace's files each span
+its whole hash range, so none would be pruned anyway)."""
+
 
 @dataclass(frozen=True)
 class CollectedBatch:
@@ -311,6 +317,8 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
     def _files_for_keys(self, files: list[DataFile], keys: DataFrame) -> list[DataFile]:
         if len(files) <= PRUNING_MIN_FILES:
             return files  # nothing to gain from a Spark job that collects the probe hashes
+        if self.local_reads and sum(f.records for f in files) <= WHOLE_READ_RECORDS:
+            return files
         if tuple(keys.schema[k].dataType for k in self.state.key) != self.key_types:
             # Equal keys of other types (int and bigint, decimal and double) hash
             # differently, and no cast maps every such key to the stored hash.
