@@ -451,7 +451,7 @@ class Interval:
 
     def _iterate(self, loop: n.Iterate, start: int) -> DataFrame:
         views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]
-        run = LoopRun(self.rt, loop, self.delta, views)
+        run = LoopRun(self.rt, loop, self.delta, views, self.driver_lookups)
         try:
             return run.run(start, self.upper)
         finally:

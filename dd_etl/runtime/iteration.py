@@ -27,14 +27,17 @@ bounded by ``e``), and those appends are no-ops.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.arrow_schema import arrow_schema
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.operators import linear
@@ -55,6 +58,7 @@ from dd_etl.plan.loops import body_of, inner_traces, loop_nest
 from dd_etl.profiling import SPARK, phase, traced
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
+from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each, local_relation
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
 
@@ -108,11 +112,13 @@ class LoopRun:
         loop: n.Iterate,
         outer: Callable[[n.Node], DataFrame],
         views: list[str],
+        driver_rows: bool = False,
     ) -> None:
         self.traces = traces
         self.loop = loop
         self.outer = outer  # the run's changes of a collection outside the loop
         self.views = views
+        self.driver_rows = driver_rows  # a small interval: the epoch's state in the driver
         self.nest = loop_nest(loop)
         self.traced = inner_traces(loop)
         self.rounds: list[Round] = []
@@ -145,6 +151,7 @@ class LoopRun:
 
     def _epoch(self, e: int) -> DataFrame:
         st = _EpochState(self, e)
+        st.enter(self.loop.inputs)
         leave = self._scope(self.loop, st, (), st.entering)
 
         def append(node: n.Node) -> bool:
@@ -259,8 +266,7 @@ class LoopRun:
                 reducer_for(node),
                 t,
             )
-            st.stage(node, correction)
-            st.schedule(node, later, t)
+            st.stage(node, correction, scheduled=(later, t))
             return st.at(node, t)
         if isinstance(node, n.Iterate):
             busy = any(live(i) for i in ins) or work.busy(self.nest_of(node), k)
@@ -324,9 +330,10 @@ class _Work:
 
 class _EpochState:
     """The updates of one epoch of a loop nest so far, per stateful node,
-    checkpointed after every change so no round's plan grows with the rounds
-    before it. A node inside ``d`` loops carries ``d`` iteration columns; read
-    from deeper inside, it is padded with zeros (it entered there at 0)."""
+    computed after every change so no round's plan grows with the rounds before
+    it (``_hold``: into the driver in a small interval, else checkpointed). A node
+    inside ``d`` loops carries ``d`` iteration columns; read from deeper inside,
+    it is padded with zeros (it entered there at 0)."""
 
     def __init__(self, run: LoopRun, epoch: int) -> None:
         self.run = run
@@ -334,8 +341,45 @@ class _EpochState:
         self._staged: dict[str, DataFrame] = {}
         self._due: dict[str, DataFrame] = {}  # reductions: (key, iterations to evaluate at)
         self._entering: dict[str, DataFrame] = {}
+        self._rows: dict[tuple[str, str], pa.Table] = {}  # the driver's rows of those three
         self._history: dict[str, DataFrame | None] = {}
         self.counted = _Work({})  # the top loop's last count of its work
+
+    def _hold(self, frames: dict[tuple[str, str], DataFrame]) -> None:
+        """Compute ``frames`` (by kind: ``staged``, ``due`` or ``entering``, and node
+        id) now and hold them, their lineage cut. In a small interval one Spark job
+        brings them all into the driver, as local relations whose rows then count
+        the loop's work with no job of its own (``work``); otherwise, or past
+        ``DRIVER_KEPT_RECORDS`` rows, each is kept in Spark's block store."""
+        held = {"staged": self._staged, "due": self._due, "entering": self._entering}
+        plans = list(frames.items())
+        tables: list[pa.Table | None] = [None] * len(plans)
+        if self.run.driver_rows:
+            with phase(SPARK):
+                tables = collect_each(
+                    [df.coalesce(1) for _, df in plans], [DRIVER_KEPT_RECORDS] * len(plans)
+                )
+        for ((kind, node), df), table in zip(plans, tables, strict=True):
+            if table is None:
+                held[kind][node] = _computed(df)
+                self._rows.pop((kind, node), None)
+            else:
+                rows = table.cast(arrow_schema(df.schema))
+                held[kind][node] = local_relation(df.sparkSession, rows, df.schema)
+                self._rows[kind, node] = rows
+
+    def enter(self, nodes: Sequence[n.Node]) -> None:
+        """Compute the changes at this epoch of collections entering the loop from
+        outside, all at once."""
+        self._hold(
+            {
+                ("entering", x.id): self.run.outer(x)
+                .where(F.col(TIME) == self.epoch)
+                .select(*x.columns, DIFF)
+                for x in nodes
+                if x.id not in self._entering
+            }
+        )
 
     def depth(self, node: n.Node) -> int:
         return self.run.nest[node.id][1] if node.id in self.run.nest else 0
@@ -345,21 +389,33 @@ class _EpochState:
 
     def entering(self, node: n.Node) -> DataFrame:
         """A collection's changes at this epoch, from outside the loop."""
-        if node.id not in self._entering:
-            df = self.run.outer(node).where(F.col(TIME) == self.epoch)
-            self._entering[node.id] = _computed(df.select(*node.columns, DIFF))
+        self.enter([node])
         return self._entering[node.id]
 
     def staged(self, node: n.Node) -> DataFrame:
         staged = self._staged.get(_home(node).id)
         return self.nothing(node, self.depth(node)) if staged is None else staged
 
-    def stage(self, node: n.Node, updates: DataFrame) -> None:
+    def stage(
+        self,
+        node: n.Node,
+        updates: DataFrame,
+        scheduled: tuple[DataFrame, LoopTime] | None = None,
+    ) -> None:
+        """Stage ``updates`` of ``node``; for a reduction at round ``t``, with
+        ``scheduled = (times, t)``, the keys it must evaluate again at later
+        ``times`` too, computed with them (they read the same history)."""
         if _home(node) is not node:
             return  # the variable's own staging already holds these updates
         cols = [*node.columns, *iterations(self.depth(node)), DIFF]
         both = self.staged(node).unionByName(updates.select(*cols))
-        self._staged[node.id] = _computed(linear.consolidate(both).select(*cols))
+        frames = {("staged", node.id): linear.consolidate(both).select(*cols)}
+        if scheduled is not None:
+            times, t = scheduled
+            previous = self._due.get(node.id)
+            kept = times if previous is None else previous.where(later(t)).unionByName(times)
+            frames["due", node.id] = kept.distinct()
+        self._hold(frames)
 
     def at(self, node: n.Node, t: LoopTime) -> DataFrame:
         return self.staged(node).where(at(t))
@@ -375,11 +431,6 @@ class _EpochState:
         if due is None:
             return self.nothing(node, 0).select(*node.key)
         return due.where(at(t)).select(*node.key)
-
-    def schedule(self, node: n.Reduce, times: DataFrame, t: LoopTime) -> None:
-        previous = self._due.get(node.id)
-        kept = times if previous is None else previous.where(later(t)).unionByName(times)
-        self._due[node.id] = _computed(kept.distinct())
 
     def history(self, node: n.Node, keys: KeySet) -> DataFrame:
         """The node's updates of earlier epochs for ``keys``, as ``(data, _time1…, _diff)``."""
@@ -443,8 +494,12 @@ class _EpochState:
         """What ``loop`` has to do at ``prefix``: the updates staged anywhere in its
         nest and the keys its reductions scheduled, per iteration of ``loop``, and
         the changes entering it (all of them, at iteration 0: some may be for a
-        later iteration of an outer loop, staged when they enter). One Spark job."""
+        later iteration of an outer loop, staged when they enter). One Spark job,
+        or none when the driver holds all of them (a small interval)."""
         nest = self.run.nest_of(loop)
+        counted = self._count_in_driver(nest, prefix, entering)
+        if counted is not None:
+            return counted
         i = F.col(iterations(len(prefix) + 1)[-1])
 
         def tagged(kind: str, key: str, df: DataFrame, i: Column) -> DataFrame:
@@ -463,6 +518,39 @@ class _EpochState:
         with phase(SPARK):
             rows = union.groupBy("kind", "node", "i").count().collect()
         return _Work({(r["kind"], r["node"], int(r["i"])): int(r["count"]) for r in rows})
+
+    def _count_in_driver(
+        self, nest: Collection[str], prefix: LoopTime, entering: dict[str, DataFrame]
+    ) -> _Work | None:
+        """``work`` counted from the rows the driver holds, or None when some of
+        them are Spark's (or are not the epoch's entering changes held here)."""
+        rows: dict[tuple[str, str, int], int] = {}
+        for kind, held in (("staged", self._staged), ("due", self._due)):
+            for x in (x for x in held if x in nest):
+                table = self._rows.get((kind, x))
+                if table is None:
+                    return None
+                rows |= {(kind, x, i): c for i, c in _per_iteration(table, prefix).items()}
+        for x, df in entering.items():
+            table = self._rows.get(("entering", x))
+            if table is None or df is not self._entering.get(x):
+                return None
+            if table.num_rows:
+                rows["entering", x, 0] = table.num_rows
+        return _Work(rows)
+
+
+def _per_iteration(table: pa.Table, prefix: LoopTime) -> dict[int, int]:
+    """The rows of ``table`` at ``prefix`` (the iterations of the loops around),
+    counted per iteration of the loop inside it."""
+    names = iterations(len(prefix) + 1)
+    for column, value in zip(names[:-1], prefix, strict=True):
+        table = table.filter(pc.equal(table.column(column), value))
+    if not table.num_rows:
+        return {}
+    counts = table.group_by(names[-1]).aggregate([([], "count_all")])
+    iteration, count = counts.column(names[-1]).to_pylist(), counts.column("count_all").to_pylist()
+    return dict(zip(iteration, count, strict=True))
 
 
 def _computed(df: DataFrame) -> DataFrame:
