@@ -162,8 +162,7 @@ def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_pat
     load(spark, rt, 60)
     rt.run()
     live = {i: trip(i) for i in range(60)}
-    epochs = range(1, 6)  # the fifth reads five batch files of each sum
-    for epoch in epochs:
+    for epoch in range(1, 6):  # the fifth reads five batch files of each sum
         change(spark, rt, epoch)
         assert rt.run().profile.spark_jobs == 7, epoch  # type: ignore[union-attr]
         live[1000 + epoch] = trip(1000 + epoch)
