@@ -13,10 +13,11 @@ from dd_etl.spark import session
 # a test of the server turns it on, with a directory of its own.
 os.environ[SERVER_ENV] = "off"
 
-# Those processes run one short command each. Their JVMs compile with C1 only: on
-# two cores, C2's compilations cost a one-command process more than they return
-# (crash and process tests 7-14 % faster). The tests' own session, which runs for
-# the whole suite, keeps both compilers: C1 alone makes its epochs 40 % slower.
+# Processes a test starts (crash workloads, ``dd-etl`` commands, Dagster, servers)
+# run a few short commands each. Their JVMs compile with C1 only: on two cores,
+# C2's compilations cost such a process more than they return (crash and process
+# tests 7-14 % faster). The tests' own session, which runs for the whole suite,
+# keeps both compilers: C1 alone makes its warm epochs 40 % slower.
 CHILD_JVMS = "PYSPARK_SUBMIT_ARGS"
 os.environ[CHILD_JVMS] = '--driver-java-options "-XX:TieredStopAtLevel=1" pyspark-shell'
 
