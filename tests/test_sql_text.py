@@ -26,8 +26,8 @@ from pyspark.sql.types import (
 
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.local_relations import local_relation
 from dd_etl.sql_text import quote
-from dd_etl.trace.arrow_files import local_relation
 
 RELEASE = py4j.protocol.MEMORY_COMMAND_NAME
 ODD = ["plain", "with space", "back`tick", "dot.ted"]

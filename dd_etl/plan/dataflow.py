@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.errors import PlanError as PlanError
+from dd_etl.local_relations import empty_frame
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
@@ -115,11 +116,12 @@ class Dataflow:
 
     def empty_updates(self, schema: StructType) -> DataFrame:
         """No updates of ``schema``; made once per schema, as building a collection
-        infers each operator's schema from empty inputs."""
+        infers each operator's schema from empty inputs. Spark knows it is empty
+        (``local_relations``), so what it feeds is pruned from every plan."""
         cached = self._empty.get(schema.json())
         if cached is None:
             fields = [*schema.fields, StructField(TIME, LongType()), StructField(DIFF, LongType())]
-            cached = self.spark.createDataFrame([], StructType(fields))
+            cached = empty_frame(self.spark, StructType(fields))
             self._empty[schema.json()] = cached
         return cached
 

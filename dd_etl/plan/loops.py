@@ -47,6 +47,20 @@ def inner_traces(loop: n.Iterate) -> list[n.Node]:
     return [x for x, _ in loop_nest(loop).values() if isinstance(x, n.Arrange | n.Reduce)]
 
 
+def histories_read(loop: n.Iterate) -> list[n.Node]:
+    """The nodes whose history from earlier epochs the loop nest reads: its own
+    traces, and the arrangements outside it that its joins look keys up in."""
+    nest = loop_nest(loop)
+    outside = {
+        i.id: i
+        for x, _ in nest.values()
+        if isinstance(x, n.Join)
+        for i in x.inputs
+        if i.id not in nest
+    }
+    return [*inner_traces(loop), *outside.values()]
+
+
 def nodes_between(result: n.Node, variable: n.Variable) -> list[n.Node]:
     """The nodes from ``variable`` up to ``result`` (those reading the variable),
     the variable first, inputs before their users."""

@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
+from dd_etl.local_relations import local_relation
 from dd_etl.operators import linear
 from dd_etl.operators.iterative import (
     Known,
@@ -54,11 +55,11 @@ from dd_etl.operators.iterative import (
 from dd_etl.operators.keys import KeySet
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.loops import body_of, inner_traces, loop_nest
+from dd_etl.plan.loops import body_of, histories_read, inner_traces, loop_nest
 from dd_etl.profiling import SPARK, phase, traced
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
-from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each, local_relation
+from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaTrace
 
@@ -121,6 +122,7 @@ class LoopRun:
         self.driver_rows = driver_rows  # a small interval: the epoch's state in the driver
         self.nest = loop_nest(loop)
         self.traced = inner_traces(loop)
+        self.histories = histories_read(loop)
         self.rounds: list[Round] = []
         self._nests: dict[str, set[str]] = {}
         self._nothing: dict[tuple[str, int], DataFrame] = {}
@@ -151,7 +153,7 @@ class LoopRun:
 
     def _epoch(self, e: int) -> DataFrame:
         st = _EpochState(self, e)
-        st.enter(self.loop.inputs)
+        st.begin(self.loop.inputs, self.histories)
         leave = self._scope(self.loop, st, (), st.entering)
 
         def append(node: n.Node) -> bool:
@@ -345,41 +347,60 @@ class _EpochState:
         self._history: dict[str, DataFrame | None] = {}
         self.counted = _Work({})  # the top loop's last count of its work
 
-    def _hold(self, frames: dict[tuple[str, str], DataFrame]) -> None:
+    def _hold(
+        self,
+        frames: dict[tuple[str, str], DataFrame],
+        histories: dict[str, DataFrame] | None = None,
+    ) -> None:
         """Compute ``frames`` (by kind: ``staged``, ``due`` or ``entering``, and node
-        id) now and hold them, their lineage cut. In a small interval one Spark job
-        brings them all into the driver, as local relations whose rows then count
-        the loop's work with no job of its own (``work``); otherwise, or past
-        ``DRIVER_KEPT_RECORDS`` rows, each is kept in Spark's block store."""
+        id) and ``histories`` (by node id: ``_pinned``) now, all at once, and hold
+        them (``_keep``); rows the driver holds then count the loop's work with no
+        job of its own (``work``)."""
+        histories = histories or {}
         held = {"staged": self._staged, "due": self._due, "entering": self._entering}
-        plans = list(frames.items())
-        tables: list[pa.Table | None] = [None] * len(plans)
+        kept = self._keep([*frames.values(), *histories.values()])
+        for (kind, node), (df, rows) in zip(frames, kept[: len(frames)], strict=True):
+            held[kind][node] = df
+            if rows is None:
+                self._rows.pop((kind, node), None)
+            else:
+                self._rows[kind, node] = rows
+        for node, (df, _) in zip(histories, kept[len(frames) :], strict=True):
+            self._history[node] = df
+
+    def _keep(self, frames: Sequence[DataFrame]) -> list[tuple[DataFrame, pa.Table | None]]:
+        """``frames`` computed now, their lineage cut. In a small interval one Spark
+        job brings them all into the driver, as local relations (returned with
+        their rows); otherwise, or past ``DRIVER_KEPT_RECORDS`` rows, each is kept
+        in Spark's block store."""
+        tables: list[pa.Table | None] = [None] * len(frames)
         if self.run.driver_rows:
             with phase(SPARK):
                 tables = collect_each(
-                    [df.coalesce(1) for _, df in plans], [DRIVER_KEPT_RECORDS] * len(plans)
+                    [df.coalesce(1) for df in frames], [DRIVER_KEPT_RECORDS] * len(frames)
                 )
-        for ((kind, node), df), table in zip(plans, tables, strict=True):
+        kept: list[tuple[DataFrame, pa.Table | None]] = []
+        for df, table in zip(frames, tables, strict=True):
             if table is None:
-                held[kind][node] = _computed(df)
-                self._rows.pop((kind, node), None)
+                kept.append((_computed(df), None))
             else:
                 rows = table.cast(arrow_schema(df.schema))
-                held[kind][node] = local_relation(df.sparkSession, rows, df.schema)
-                self._rows[kind, node] = rows
+                kept.append((local_relation(df.sparkSession, rows, df.schema), rows))
+        return kept
 
-    def enter(self, nodes: Sequence[n.Node]) -> None:
+    def begin(self, inputs: Sequence[n.Node], histories: Sequence[n.Node]) -> None:
         """Compute the changes at this epoch of collections entering the loop from
-        outside, all at once."""
-        self._hold(
-            {
-                ("entering", x.id): self.run.outer(x)
-                .where(F.col(TIME) == self.epoch)
-                .select(*x.columns, DIFF)
-                for x in nodes
-                if x.id not in self._entering
-            }
-        )
+        outside, and the small ones of the histories the loop reads, all at once."""
+        self._hold(self._entering_frames(inputs), self._history_frames(histories))
+
+    def _entering_frames(self, nodes: Sequence[n.Node]) -> dict[tuple[str, str], DataFrame]:
+        return {
+            ("entering", x.id): self.run.outer(x)
+            .where(F.col(TIME) == self.epoch)
+            .select(*x.columns, DIFF)
+            for x in nodes
+            if x.id not in self._entering
+        }
 
     def depth(self, node: n.Node) -> int:
         return self.run.nest[node.id][1] if node.id in self.run.nest else 0
@@ -389,7 +410,7 @@ class _EpochState:
 
     def entering(self, node: n.Node) -> DataFrame:
         """A collection's changes at this epoch, from outside the loop."""
-        self.enter([node])
+        self._hold(self._entering_frames([node]))
         return self._entering[node.id]
 
     def staged(self, node: n.Node) -> DataFrame:
@@ -443,12 +464,20 @@ class _EpochState:
         """A small trace's whole history, read once per epoch: every round looks keys
         up in it without touching files again. Large traces are read per round, for
         the keys of the round only."""
-        if node.id not in self._history:
-            trace = self._trace(node)
-            small = trace is None or trace.state.records <= PINNED_HISTORY_RECORDS
-            history = self._read_history(node, None) if small else None
-            self._history[node.id] = None if history is None else _computed(history)
+        self._hold({}, self._history_frames([node]))
         return self._history[node.id]
+
+    def _history_frames(self, nodes: Sequence[n.Node]) -> dict[str, DataFrame]:
+        """The whole histories still to read of those of ``nodes`` whose traces are
+        small (large ones are marked as not pinned)."""
+        frames: dict[str, DataFrame] = {}
+        for x in (x for x in nodes if x.id not in self._history):
+            trace = self._trace(x)
+            if trace is not None and trace.state.records > PINNED_HISTORY_RECORDS:
+                self._history[x.id] = None
+            else:
+                frames[x.id] = self._read_history(x, None)
+        return frames
 
     def _trace(self, node: n.Node) -> DeltaTrace | None:
         if node.id in self.run.nest:

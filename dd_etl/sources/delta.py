@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import HistoryLost, SourceError
+from dd_etl.local_relations import empty_frame
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
 
@@ -158,7 +159,7 @@ class DeltaSource:
         uris = table.file_uris()
         file_schema = StructType([f for f in schema.fields if f.name not in partition_columns])
         if not uris:
-            return conform(self.spark.createDataFrame([], schema), schema)
+            return conform(empty_frame(self.spark, schema), schema)
         if not partition_columns:
             return conform(self.spark.read.schema(file_schema).parquet(*uris), schema)
         actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
@@ -195,6 +196,6 @@ class DeltaSource:
         signs = pa.array([1 if k in INSERTS else -1 for k in kinds.to_pylist()], pa.int64())
         updates = data.append_column("__sign", signs)
         if updates.num_rows == 0:
-            return conform(self.spark.createDataFrame([], schema), schema)
+            return conform(empty_frame(self.spark, schema), schema)
         df = self.spark.createDataFrame(updates)
         return conform(df, schema, F.col("__sign"))

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from dd_etl.errors import HistoryLost, SourceError
+from dd_etl.local_relations import empty_frame
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
 
@@ -168,7 +169,7 @@ class FileSource:
         """The files' rows as updates of ``schema``: columns matched by name and cast
         (values that do not fit fail the run), ``diff`` column as multiplicity."""
         if not files:
-            return conform(self.spark.createDataFrame([], schema), schema)
+            return conform(empty_frame(self.spark, schema), schema)
         # CSV is read as text and cast, so a bad value fails instead of becoming NULL
         df = self._load(files, self.options)
         missing = [f.name for f in schema.fields if f.name not in df.columns]

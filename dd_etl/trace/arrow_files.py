@@ -24,8 +24,6 @@ would be a job of its own, of fixed cost, if Spark wrote it.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from functools import reduce
 from pathlib import Path
@@ -39,6 +37,7 @@ from pyspark.sql.types import DataType, StructType
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
+from dd_etl.local_relations import local_relation
 from dd_etl.sql_text import quote
 from dd_etl.trace import spark_files
 from dd_etl.trace.batch import DataFile
@@ -91,32 +90,6 @@ def read_rows(
     types = arrow_schema(schema)
     table = pa.concat_tables([t.cast(types) for t in parts]) if parts else types.empty_table()
     return local_relation(spark, table, schema)
-
-
-def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
-    """``table`` (of ``schema``'s Arrow types) as a Spark local relation.
-
-    What ``createDataFrame`` does with an Arrow table, less its configuration
-    look-ups: an Arrow stream in a file the JVM reads, in 2 JVM calls instead of
-    about 40 (``sql_text`` says why that counts)."""
-    if spark.sparkContext._encryption_enabled:  # data must then cross by socket
-        return spark.createDataFrame(table, schema)
-    with (
-        tempfile.NamedTemporaryFile(suffix=".arrows", delete=False) as out,
-        pa.ipc.new_stream(out, table.schema) as stream,
-    ):
-        stream.write_table(table)
-    try:
-        jvm = spark._jvm
-        batches = sql_text.jvm_member(jvm, _READ_ARROW)(out.name)
-        jdf = sql_text.jvm_member(jvm, _TO_DATAFRAME)(batches, schema.json(), spark._jsparkSession)
-    finally:
-        os.unlink(out.name)
-    return DataFrame(jdf, spark)
-
-
-_READ_ARROW = "org.apache.spark.sql.api.python.PythonSQLUtils.readArrowStreamFromFile"
-_TO_DATAFRAME = "org.apache.spark.sql.api.python.PythonSQLUtils.toDataFrame"
 
 
 def collect_each(dfs: Sequence[DataFrame], at_most: Sequence[int]) -> list[pa.Table | None]:

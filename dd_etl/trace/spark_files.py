@@ -23,6 +23,7 @@ from pyspark.sql.types import DataType, LongType, StructField, StructType
 
 from dd_etl import sql_text
 from dd_etl.lattice import Antichain
+from dd_etl.local_relations import empty_frame
 from dd_etl.profiling import SPARK, phase
 from dd_etl.sql_text import cast, quote
 from dd_etl.trace.batch import DataFile
@@ -177,7 +178,7 @@ def read_files(
 ) -> DataFrame:
     schema = stored_schema(state)
     if not files:
-        return spark.createDataFrame([], schema)
+        return empty_frame(spark, schema)
     return spark.read.schema(schema).parquet(*[os.path.join(root, f.path) for f in files])
 
 
