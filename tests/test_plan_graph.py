@@ -6,7 +6,15 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import nodes as n
-from dd_etl.plan.graph import dependants, keyed_by, layers, stateful, trace_key, upstream
+from dd_etl.plan.graph import (
+    dependants,
+    keyed_by,
+    keyed_leaves,
+    layers,
+    stateful,
+    trace_key,
+    upstream,
+)
 from dd_etl.plan.loops import body_of, loop_nest, reads_loop_variable
 
 SCHEMA = StructType([StructField("k", LongType()), StructField("v", LongType())])
@@ -48,6 +56,22 @@ def test_trace_keys() -> None:
     assert trace_key(g["v1"]) == ("k", "v")  # a view is keyed by all its columns
     assert keyed_by(g["a"], ["k"]) and not keyed_by(g["a"], ["v"])
     assert not keyed_by(g["f"], ["k", "v"])  # keeps no trace
+
+
+def test_keyed_leaves_are_the_traces_a_linear_node_reads_keyed_alike() -> None:
+    """An aggregate's collapse reads its parts' traces through projections that
+    keep the group key: their histories stand for an arrangement of the union."""
+    g = graph()
+    acc = n.Accumulate("c", (g["a"],), SCHEMA, key=("k",), values=("v",))
+    kept = n.Select("p1", (g["r"],), SCHEMA, exprs=("k",), named=(("v", "v"),))
+    other = n.Select("p2", (acc,), SCHEMA, exprs=("k", "v"))
+    union = n.Concat("u", (kept, n.Negate("neg", (other,), SCHEMA)), SCHEMA)
+    assert [x.id for x in keyed_leaves(union, ["k"]) or []] == ["r", "c"]
+    assert keyed_leaves(g["r"], ["k"]) == [g["r"]]  # a trace keyed so: itself
+    renamed = n.Select("p3", (g["r"],), SCHEMA, named=(("k", "v + 1"), ("v", "v")))
+    assert keyed_leaves(renamed, ["k"]) is None  # the key is computed, not passed
+    assert keyed_leaves(g["f"], ["k", "v"]) is None  # its source is keyed by k alone
+    assert keyed_leaves(g["a"], ["v"]) is None  # a trace keyed otherwise
 
 
 def test_a_node_needs_its_required_fields_by_name() -> None:

@@ -133,15 +133,15 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert set(profile.traces) == maintained | computed
     jobs = {name: cost.spark_jobs for name, cost in profile.traces.items()}
     assert jobs == {name: 1 if name in computed else 0 for name in maintained | computed}
-    assert profile.spark_jobs == len(computed) == 7
-    assert len(maintained - idle) == 13
+    assert profile.spark_jobs == len(computed) == 6
+    assert len(maintained - idle) == 12
     # and each job is one stage: every read is one partition, which stays one
     # partition through the plan, so nothing is shuffled (not even behind the join
     # of joins: the driver's reads are local relations whose sizes Spark knows)
     assert {name: profile.traces[name].spark_stages for name in computed} == dict.fromkeys(
         computed, 1
     )
-    assert profile.spark_stages == 7
+    assert profile.spark_stages == 6
     assert set(profile.phases) == set(PHASES) - {"sinks"}
     assert all(profile.traces[t].phases[DELTA_LOG] > 0 for t in maintained)
     assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in computed)
@@ -150,7 +150,7 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert len(reductions) == 4
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
-    assert "7 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+    assert "6 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
 
 
 def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_pat
     live = {i: trip(i) for i in range(60)}
     for epoch in range(1, 6):  # the fifth reads five batch files of each sum
         change(spark, rt, epoch)
-        assert rt.run().profile.spark_jobs == 7, epoch  # type: ignore[union-attr]
+        assert rt.run().profile.spark_jobs == 6, epoch  # type: ignore[union-attr]
         live[1000 + epoch] = trip(1000 + epoch)
         live[epoch] = trip(epoch, epoch)
         del live[50 + epoch]

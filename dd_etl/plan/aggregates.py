@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from dd_etl.operators.accumulate import ROWS, nn, total
 from dd_etl.operators.linear import Expr, col
 from dd_etl.operators.reduce import HIGH, LOW
+from dd_etl.sql_text import cast, quote
 
 if TYPE_CHECKING:
     from dd_etl.plan.dataflow import Collection
@@ -54,14 +54,17 @@ def max_(expr: Expr) -> Aggregate:
     return Aggregate("max", expr)
 
 
-def _finish(function: Function, value: str) -> Column:
-    """The SQL result from an accumulated state: NULL when no non-NULL value was seen."""
+def _finish(function: Function, value: str) -> str:
+    """The SQL result from an accumulated state: NULL when no non-NULL value was seen.
+    As SQL text, like every projection of an aggregate's parts: the collapse applies
+    them to its parts' changes and to their histories in every run, and text costs
+    a fixed number of JVM calls where columns cost several each."""
+    count, sum_ = quote(nn(value)), quote(total(value))
     if function == "count":
-        return F.col(nn(value))
-    some = F.col(nn(value)) > 0
+        return count
     if function == "sum":
-        return F.when(some, F.col(total(value)))
-    return F.when(some, F.col(total(value)) / F.col(nn(value)))
+        return f"CASE WHEN {count} > 0 THEN {sum_} END"
+    return f"CASE WHEN {count} > 0 THEN {sum_} / {count} END"
 
 
 GLOBAL_GROUP = "__all"
@@ -105,11 +108,11 @@ def _grouped(
     ]
     plain_values = sorted({value_of[n] for n in plain if n in value_of})
     groups = projected.accumulate(by, plain_values)
-    finals: dict[str, Column] = {}
+    finals: dict[str, str] = {}
     for name in plain:
         a = aggregates[name]
-        finals[name] = F.col(ROWS) if a.expr is None else _finish(a.function, value_of[name])
-    parts = [groups.select(*by, *(c.alias(n) for n, c in finals.items()))]
+        finals[name] = quote(ROWS) if a.expr is None else _finish(a.function, value_of[name])
+    parts = [groups.select(*by, **finals)]
     # MIN and MAX of one expression share one hierarchy, which carries both
     extremes: dict[str, list[str]] = {}
     for name, a in aggregates.items():
@@ -123,13 +126,11 @@ def _grouped(
         else:
             distinct = projected.select(*by, value).distinct()
             state = distinct.accumulate(by, [value])
-            parts.append(state.select(*by, _finish(a.function, value).alias(name)))
+            parts.append(state.select(*by, **{name: _finish(a.function, value)}))
     for names in extremes.values():
         both = projected.extremes(by, value_of[names[0]])
         side = {"min": LOW, "max": HIGH}
-        parts.append(
-            both.select(*by, *(F.col(side[aggregates[m].function]).alias(m) for m in names))
-        )
+        parts.append(both.select(*by, **{m: quote(side[aggregates[m].function]) for m in names}))
     return _collapse(parts, by, list(aggregates)), groups
 
 
@@ -142,10 +143,7 @@ def _collapse(parts: list[Collection], by: tuple[str, ...], names: list[str]) ->
         return parts[0].select(*by, *names)
     types = {f.name: f.dataType for p in parts for f in p.node.schema.fields if f.name in names}
     padded = [
-        p.select(
-            *by,
-            *(F.col(c) if c in p.columns else F.lit(None).cast(types[c]).alias(c) for c in names),
-        )
+        p.select(*by, **{c: quote(c) if c in p.columns else cast("NULL", types[c]) for c in names})
         for p in parts
     ]
     union = padded[0].concat(*padded[1:])

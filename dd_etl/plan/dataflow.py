@@ -29,6 +29,7 @@ from dd_etl.operators.linear import Expr
 from dd_etl.operators.reduce import HIGH, LOW
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
+from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.plan.loops import reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
@@ -364,8 +365,11 @@ class Collection:
         **params: Any,
     ) -> Collection:
         """``identity``: what stands for some ``params`` in the node id (a function's
-        fingerprint for the function)."""
-        arranged = self.flow.arrangement(self.node, key)
+        fingerprint for the function). The input is arranged by ``key``, unless it
+        is a linear function of traces all keyed so (``keyed_leaves``) outside any
+        loop: the reduction then reads their histories, and a trace is saved."""
+        direct = keyed_leaves(self.node, key) is not None and not reads_loop_variable(self.node)
+        arranged = self.node if direct else self.flow.arrangement(self.node, key)
         params.update(key=key, kind=kind, column=column)
         named = node_id(kind, (arranged.id,), schema, **(params | (identity or {})))
         return Collection(self.flow, n.Reduce(named, (arranged,), schema, **params))

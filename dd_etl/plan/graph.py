@@ -72,3 +72,28 @@ def keyed_by(node: n.Node, key: Sequence[str]) -> bool:
     """Whether ``node`` keeps a trace keyed by exactly ``key``: its changes' key
     hashes are then those of ``key``, in that order."""
     return node.trace_name is not None and trace_key(node) == tuple(key)
+
+
+def keyed_leaves(node: n.Node, key: Sequence[str]) -> list[n.Node] | None:
+    """The traces ``node`` is a linear function of, when every one is keyed by
+    exactly ``key`` and every operator in between passes ``key``'s columns through
+    by name (``node`` itself, when its own trace is keyed so); None otherwise.
+    ``node``'s history for some keys is then that function of theirs, and the
+    keys its changes touch are those theirs touch."""
+    if keyed_by(node, key):
+        return [node]
+    if node.trace_name is not None or not node.inputs:
+        return None
+    if isinstance(node, n.Select):
+        passed = {e for e in node.exprs if isinstance(e, str)}
+        if any(k not in passed for k in key):
+            return None
+    elif not isinstance(node, n.Filter | n.Concat | n.Negate | n.Consolidate):
+        return None
+    leaves: dict[str, n.Node] = {}
+    for i in node.inputs:
+        found = keyed_leaves(i, key)
+        if found is None:
+            return None
+        leaves |= {x.id: x for x in found}
+    return list(leaves.values())

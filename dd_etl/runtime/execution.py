@@ -46,7 +46,7 @@ from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.graph import dependants, keyed_by
+from dd_etl.plan.graph import dependants, keyed_by, keyed_leaves
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SPARK, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
@@ -335,41 +335,51 @@ class Interval:
         self,
         node: n.Node,
         before: int | None = None,
-        probe: n.Node | None = None,
+        probes: Sequence[n.Node] = (),
         exact: bool = True,
     ) -> Callable[[DataFrame], DataFrame]:
         """The node's trace accumulated before epoch ``before`` (default: the run's
-        lower), for keys that (when ``probe`` is given) are among those ``probe``'s
-        changes in the interval touch, in the same key columns, in order. Not
-        ``exact``: the updates before it, not consolidated, and maybe with those of
-        other keys (``DeltaTrace.updates_until``), for a consumer that joins on the
-        key and sums per key itself."""
+        lower), for keys that (when ``probes`` are given) are among those the
+        ``probes``' changes in the interval touch, in the same key columns, in
+        order. Not ``exact``: the updates before it, not consolidated, and maybe
+        with those of other keys (``DeltaTrace.updates_until``), for a consumer
+        that joins on the key and sums per key itself. A node without a trace is a
+        linear function of traces keyed alike (``keyed_leaves``): its history is
+        that function of theirs."""
         at = (self.lower if before is None else before) - 1
 
         def read(keys: DataFrame) -> DataFrame:
             if at < 0:
                 return self.rt.flow.empty_updates(node.schema).drop(TIME)
+            if node.trace_name is None:
+                done = apply_linear(node, lambda i: self.history(i, before, probes, exact)(keys))
+                if done is None:
+                    raise PlanError(f"{type(node).__name__} keeps no trace to read history from")
+                return done
             trace = self.rt.trace(node)
-            hashes = self._touched_hashes(probe, trace)
+            hashes = self._touched_hashes(probes, trace)
             if exact:
                 return trace.read_at((at,), keys=keys, key_hashes=hashes)
             return trace.updates_until((at,), keys, hashes)
 
         return read
 
-    def _touched_hashes(self, probe: n.Node | None, target: DeltaTrace) -> list[int] | None:
-        """The key hashes ``probe``'s changes in the interval touch, as ``target``
-        hashes keys (None if unknown): read from the batch ``probe`` appended, so a
-        lookup reads only those keys' rows and costs no job to find them."""
-        if not self.driver_lookups or probe is None or probe.trace_name is None:
+    def _touched_hashes(self, probes: Sequence[n.Node], target: DeltaTrace) -> list[int] | None:
+        """The key hashes the ``probes``' changes in the interval touch, as ``target``
+        hashes keys (None if unknown): read from the batches the probes appended, so
+        a lookup reads only those keys' rows and costs no job to find them."""
+        if not self.driver_lookups or not probes:
             return None
-        source = self.rt.trace(probe)
-        if source.key_types != target.key_types:
-            return None  # equal keys of other types hash differently
-        if probe.id not in self._touched:
-            self.delta(probe)  # appended first
-            self._touched[probe.id] = source.key_hashes_since((self.lower,))
-        return self._touched[probe.id]
+        touched: set[int] = set()
+        for probe in probes:
+            source = self.rt.trace(probe)
+            if source.key_types != target.key_types:
+                return None  # equal keys of other types hash differently
+            if probe.id not in self._touched:
+                self.delta(probe)  # appended first
+                self._touched[probe.id] = source.key_hashes_since((self.lower,))
+            touched.update(self._touched[probe.id])
+        return sorted(touched)
 
     def _compute(self, node: n.Node) -> DataFrame:
         ins = node.inputs
@@ -388,8 +398,8 @@ class Interval:
             return delta_join(
                 self.delta(left),
                 self.delta(right),
-                self.history(left, probe=right if probes else None),
-                self.history(right, probe=left if probes else None),
+                self.history(left, probes=[right] if probes else []),
+                self.history(right, probes=[left] if probes else []),
                 node.left_key,
                 node.right_key,
                 left.columns,
@@ -434,11 +444,11 @@ class Interval:
             )
         if isinstance(node, n.Reduce):
             reducer = reducer_for(node)
-            probe = ins[0] if keyed_by(ins[0], node.key) else None
+            probes = keyed_leaves(ins[0], node.key) or []
             return lambda: delta_reduce(
                 self.delta(ins[0]),
-                self.history(ins[0], probe=probe, exact=False),
-                self.history(node, probe=probe, exact=False),
+                self.history(ins[0], probes=probes, exact=False),
+                self.history(node, probes=probes, exact=False),
                 node.key,
                 node.columns,
                 reducer,
