@@ -5,7 +5,8 @@ one accumulation for every COUNT/SUM/AVG (they share the per-group state
 ``(rows, non-NULL count, sum)``), one hierarchy of reductions per expression
 under MIN or MAX (it carries both), and a DISTINCT projection feeding an
 accumulation for each DISTINCT aggregate. The parts are collapsed into one row
-per group by a single reduction.
+per group by a single reduction, which reads the parts' own traces (each keyed
+by the group) rather than an arrangement of their union.
 """
 
 from __future__ import annotations
