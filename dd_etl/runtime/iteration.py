@@ -153,7 +153,9 @@ class LoopRun:
 
     def _epoch(self, e: int) -> DataFrame:
         st = _EpochState(self, e)
-        st.begin(self.loop.inputs, self.histories)
+        # Read together, histories cost one job in a small interval; in a large one
+        # each is checkpointed on its own anyway, so only those a round reads are.
+        st.begin(self.loop.inputs, self.histories if self.driver_rows else [])
         leave = self._scope(self.loop, st, (), st.entering)
 
         def append(node: n.Node) -> bool:
