@@ -73,8 +73,8 @@ def archive_for(options: Mapping[str, str]) -> Archive | None:
     root = _directory()
     if root is None:
         return None
-    if "-XX:" in options.get(JAVA_OPTIONS, "") + options.get("spark.driver.extraJavaOptions", ""):
-        return None  # the deployment tunes the JVM itself
+    if tunes_jvm(options):
+        return None
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -84,10 +84,20 @@ def archive_for(options: Mapping[str, str]) -> Archive | None:
     return Archive(path, writes=not path.exists())
 
 
+def tunes_jvm(options: Mapping[str, str]) -> bool:
+    """Whether the deployment sets JVM options (``-XX:``) itself: dd_etl then adds none."""
+    given = options.get(JAVA_OPTIONS, "") + options.get("spark.driver.extraJavaOptions", "")
+    return "-XX:" in given
+
+
+def with_java_options(options: Mapping[str, str], *added: str) -> dict[str, str]:
+    """``options`` with ``added`` after the driver's default JVM options."""
+    return {**options, JAVA_OPTIONS: " ".join([options.get(JAVA_OPTIONS, ""), *added]).strip()}
+
+
 def with_archive(options: Mapping[str, str], archive: Archive) -> dict[str, str]:
     """``options`` with the JVM told to use (or write) ``archive``."""
-    given = options.get(JAVA_OPTIONS, "")
-    return {**options, JAVA_OPTIONS: f"{given} {archive.java_options()}".strip()}
+    return with_java_options(options, archive.java_options())
 
 
 def keep_at_exit(archive: Archive, jvm: Popen[bytes] | None, stop: Callable[[], None]) -> None:

@@ -8,7 +8,8 @@ trace, before dd_etl even sees the error. They say nothing to a user of dd_etl a
 bury its messages, so the JVM is started with its standard error kept aside and
 PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
 (``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
-The JVM starts from an archive of the classes it loaded before (``jvm_archive``).
+The JVM starts from an archive of the classes it loaded before (``jvm_archive``),
+with the throughput collector (``DRIVER_GC``).
 
 A process that serves many commands (``dd_etl.server``) keeps its Spark only for
 commands that ask for the settings it was started with: ``settings_must_match``
@@ -28,7 +29,13 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from dd_etl.jvm_archive import archive_for, keep_at_exit, with_archive
+from dd_etl.jvm_archive import (
+    archive_for,
+    keep_at_exit,
+    tunes_jvm,
+    with_archive,
+    with_java_options,
+)
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -42,6 +49,11 @@ DEFAULT_CONF: dict[str, str] = {
     # JVM (several round trips each): about a third of planning a run's ~1,500 calls.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
+DRIVER_GC = "-XX:+UseParallelGC"
+"""The driver's garbage collector, unless the deployment tunes the JVM itself. A
+local Spark runs batches in the driver, where throughput is what counts, not the
+pause times the JDK's default (G1) trades it for: on two cores a 1 M-row load
+took 2-7 % less time, small epochs 4 % less, the demo's first run 0.4-0.9 s less."""
 SPARK_LOGS_ENV = "DD_ETL_SPARK_LOGS"
 """Set (to anything but empty) to let Spark's own output reach standard error."""
 ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
@@ -83,6 +95,8 @@ def session(
     if quiet:
         _silence_error_loggers()
     archive = archive_for(options) if _starts_jvm() else None
+    if _starts_jvm() and not tunes_jvm(options):
+        options = with_java_options(options, DRIVER_GC)
     if archive is not None:
         options = with_archive(options, archive)
     if quiet and _starts_jvm():

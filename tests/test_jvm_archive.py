@@ -1,5 +1,5 @@
 """Spark's JVM writes its class archive once, at the first process's exit, and later
-processes map it; neither prints anything of it."""
+processes map it; neither prints anything of it. It collects garbage for throughput."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from dd_etl import jvm_archive
-from dd_etl.jvm_archive import ARCHIVE_ENV, JAVA_OPTIONS, Archive, archive_for, with_archive
+from dd_etl.jvm_archive import (
+    ARCHIVE_ENV,
+    JAVA_OPTIONS,
+    Archive,
+    archive_for,
+    tunes_jvm,
+    with_archive,
+    with_java_options,
+)
+from dd_etl.spark import DRIVER_GC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +60,19 @@ def test_archive_options_keep_the_deployments_own(monkeypatch: pytest.MonkeyPatc
     assert archive_for({"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}) is None
     options = with_archive({JAVA_OPTIONS: "-Dx=1"}, Archive(Path("a.jsa"), writes=False))
     assert options[JAVA_OPTIONS].startswith("-Dx=1 -XX:")
+
+
+def test_the_driver_collects_for_throughput_unless_the_deployment_tunes_the_jvm(
+    spark: SparkSession,
+) -> None:
+    """The tests' own session was started with no JVM options of the deployment's."""
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()  # type: ignore[union-attr]
+    assert {beans.get(i).getName() for i in range(beans.size())} == {"PS Scavenge", "PS MarkSweep"}
+    assert tunes_jvm({"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})
+    assert tunes_jvm({JAVA_OPTIONS: "-Dx=1 -XX:+UseZGC"})
+    assert not tunes_jvm({JAVA_OPTIONS: "-Dx=1"})
+    tuned = with_java_options({JAVA_OPTIONS: "-Dx=1"}, DRIVER_GC)
+    assert tuned[JAVA_OPTIONS] == f"-Dx=1 {DRIVER_GC}"
 
 
 def test_a_class_path_of_its_own_gets_an_archive_of_its_own(
