@@ -94,11 +94,12 @@ def session(
     quiet = not os.environ.get(SPARK_LOGS_ENV)
     if quiet:
         _silence_error_loggers()
-    archive = archive_for(options) if _starts_jvm() else None
-    if _starts_jvm() and not tunes_jvm(options):
+    archive = None
+    if _starts_jvm() and not tunes_jvm(options):  # else the deployment's own JVM options
+        archive = archive_for(options)
         options = with_java_options(options, DRIVER_GC)
-    if archive is not None:
-        options = with_archive(options, archive)
+        if archive is not None:
+            options = with_archive(options, archive)
     if quiet and _starts_jvm():
         _start_quietly(app_name, master, options)
     builder = SparkSession.builder.appName(app_name).master(master)
