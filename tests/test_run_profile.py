@@ -180,7 +180,9 @@ def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(
     """The plan shapes a small interval's cost rests on, as Spark executes them: a
     reduction's result is computed once for its output's insertions and
     retractions alike (Spark reuses no subplan without an exchange), and its
-    joins hash the keys it touches, so no history it reads is sorted."""
+    joins hash the keys it touches, so no history it reads is sorted. A MIN/MAX
+    level computes its extremes at most twice: for the keys a retraction reaches,
+    from their history, and for the others, from their current rows."""
     rt = build(spark, tmp_path / "warehouse")
     load(spark, rt, 60)
     rt.run()
@@ -198,7 +200,7 @@ def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(
     extremes = [x for x in rt.stateful_nodes() if isinstance(x, n.Reduce) and x.kind == "min_max"]
     assert len(extremes) == 2  # a MIN/MAX hierarchy of two levels
     for level in extremes:
-        assert plans[level.trace_name].count("functions=[min(") == 1, level.trace_name
+        assert 1 <= plans[level.trace_name].count("functions=[min(") <= 2, level.trace_name
     reductions = [plans[x.trace_name] for x in rt.stateful_nodes() if isinstance(x, n.Reduce)]
     reductions = [p for p in reductions if "Join" in p]
     assert len(reductions) >= 4

@@ -34,16 +34,21 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from dd_etl import sql_text
+from dd_etl.arrow_schema import arrow_schema
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
+from dd_etl.local_relations import local_relation
+from dd_etl.operators import extremes
 from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.delta_query import delta_query
 from dd_etl.operators.join import delta_join
-from dd_etl.operators.reduce import delta_reduce
+from dd_etl.operators.reduce import LOW, delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.graph import dependants, keyed_by, keyed_leaves
@@ -57,7 +62,7 @@ from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import for_records
 from dd_etl.sql_text import quote
 from dd_etl.trace.arrow_files import collect_each
-from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
 
 if TYPE_CHECKING:
@@ -337,6 +342,7 @@ class Interval:
         before: int | None = None,
         probes: Sequence[n.Node] = (),
         exact: bool = True,
+        hashes: Sequence[int] | None = None,
     ) -> Callable[[DataFrame], DataFrame]:
         """The node's trace accumulated before epoch ``before`` (default: the run's
         lower), for keys that (when ``probes`` are given) are among those the
@@ -345,7 +351,8 @@ class Interval:
         with those of other keys (``DeltaTrace.updates_until``), for a consumer
         that joins on the key and sums per key itself. A node without a trace is a
         linear function of traces keyed alike (``keyed_leaves``): its history is
-        that function of theirs."""
+        that function of theirs. ``hashes``, the sorted key hashes to read when the
+        caller knows them better than ``probes`` would."""
         at = (self.lower if before is None else before) - 1
 
         def read(keys: DataFrame) -> DataFrame:
@@ -357,10 +364,10 @@ class Interval:
                     raise PlanError(f"{type(node).__name__} keeps no trace to read history from")
                 return done
             trace = self.rt.trace(node)
-            hashes = self._touched_hashes(probes, trace)
+            known = self._touched_hashes(probes, trace) if hashes is None else hashes
             if exact:
-                return trace.read_at((at,), keys=keys, key_hashes=hashes)
-            return trace.updates_until((at,), keys, hashes)
+                return trace.read_at((at,), keys=keys, key_hashes=known)
+            return trace.updates_until((at,), keys, known)
 
         return read
 
@@ -443,21 +450,64 @@ class Interval:
                 one_time=self.upper - start == 1,
             )
         if isinstance(node, n.Reduce):
-            reducer = reducer_for(node)
-            probes = keyed_leaves(ins[0], node.key) or []
-            return lambda: delta_reduce(
-                self.delta(ins[0]),
-                self.history(ins[0], probes=probes, exact=False),
-                self.history(node, probes=probes, exact=False),
-                node.key,
-                node.columns,
-                reducer,
-                self.lower - 1,
-                one_time=self.upper - self.lower == 1,
-            )
+            return lambda: self._reduce(node)
         if isinstance(node, n.Iterate):
             return lambda: self._iterate(node, start)
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
+
+    def _reduce(self, node: n.Reduce) -> DataFrame:
+        probes = keyed_leaves(node.inputs[0], node.key) or []
+        kept = self._kept_extremes(node, probes)
+        if kept is not None:
+            return kept
+        return delta_reduce(
+            self.delta(node.inputs[0]),
+            self.history(node.inputs[0], probes=probes, exact=False),
+            self.history(node, probes=probes, exact=False),
+            node.key,
+            node.columns,
+            reducer_for(node),
+            self.lower - 1,
+            one_time=self.upper - self.lower == 1,
+        )
+
+    def _kept_extremes(self, node: n.Reduce, probes: Sequence[n.Node]) -> DataFrame | None:
+        """The changes of a MIN/MAX reduction with the history read only for the keys
+        a retraction may move (``operators/extremes.py``), where that can be told in
+        the driver: one epoch of a small interval, keys (a global one is a key of
+        its own, ``__all``), the input a trace keyed as the reduction is, values
+        Arrow compares as Spark does, and few enough rows."""
+        arranged = node.inputs[0]
+        if node.kind != "min_max" or not node.key or not self.driver_lookups:
+            return None
+        if self.upper - self.lower != 1:
+            return None
+        if list(probes) != [arranged] or not extremes.comparable(node.schema[LOW].dataType):
+            return None
+        source, target = self.rt.trace(arranged), self.rt.trace(node)
+        if source.key_types != target.key_types:
+            return None
+        changes = self.delta(arranged)  # appended first
+        found = source.stored_rows(since=(self.lower,))
+        if found is None:
+            return None
+        retractions = found.filter(pc.less(found.column(DIFF), 0))
+        hashes = sorted(set(retractions.column(KEY_HASH).to_pylist()))
+        current = target.stored_rows(at=(self.lower - 1,), key_hashes=hashes)
+        if current is None:
+            return None
+        hit = extremes.reached(retractions, current, node.key)
+        key_schema = StructType([node.schema[k] for k in node.key])
+        keys = hit.select(list(node.key)).cast(arrow_schema(key_schema))
+        return extremes.delta_extremes(
+            changes,
+            local_relation(self.rt.spark, keys, key_schema),
+            self.history(arranged, exact=False, hashes=sorted(hit.column(KEY_HASH).to_pylist())),
+            self.history(node, probes=[arranged], exact=False),
+            node.key,
+            node.columns,
+            self.lower - 1,
+        )
 
     def _iterate(self, loop: n.Iterate, start: int) -> DataFrame:
         views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]

@@ -70,6 +70,19 @@ def read_rows(
     """The stored rows of ``files`` (only those whose key hash is one of ``hashes``,
     when given) as a local relation; None when they are too many to hand over
     (the caller then scans with Spark)."""
+    table = read_table(root, state, files, hashes)
+    if table is None:
+        return None
+    return local_relation(spark, table, spark_files.stored_schema(state))
+
+
+def read_table(
+    root: str,
+    state: TraceState,
+    files: Sequence[DataFile],
+    hashes: Sequence[int] | None = None,
+) -> pa.Table | None:
+    """``read_rows`` as the Arrow table the driver holds."""
     if hashes is None and sum(f.records for f in files) > DRIVER_KEPT_RECORDS:
         return None
     schema = spark_files.stored_schema(state)
@@ -88,8 +101,7 @@ def read_rows(
     # (timestamps as INT96 or as microseconds), and declare nullability as
     # their writer saw it: read back, all are the stored schema's Arrow types.
     types = arrow_schema(schema)
-    table = pa.concat_tables([t.cast(types) for t in parts]) if parts else types.empty_table()
-    return local_relation(spark, table, schema)
+    return pa.concat_tables([t.cast(types) for t in parts]) if parts else types.empty_table()
 
 
 def collect_each(dfs: Sequence[DataFrame], at_most: Sequence[int]) -> list[pa.Table | None]:
@@ -159,6 +171,16 @@ def write_file(root: str, directory: str, table: pa.Table) -> None:
     target = Path(root) / directory
     target.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, target / "part-00000.parquet")
+
+
+def between(table: pa.Table, at: Time | None, since: Time | None) -> pa.Table:
+    """The rows of ``table`` (stored updates) at times ``≤ at`` and ``≥ since``."""
+    if at is not None:
+        for column, bound in zip(time_columns(len(at)), at, strict=True):
+            table = table.filter(pc.less_equal(table.column(column), bound))
+    if since is not None:
+        table = table.filter(_at_or_after(table, time_columns(len(since)), since))
+    return table
 
 
 def _at_or_after(table: pa.Table, times: Sequence[str], since: Time) -> pa.Array:

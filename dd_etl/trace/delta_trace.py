@@ -223,11 +223,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         other keys sharing a hash may stay, for a caller that joins on the key
         anyway, saving a join of every row read.
         """
-        files = self.files()
-        if at is not None:
-            files = [f for f in files if _may_hold_times_before(f, at, self.state.dims)]
-        if since is not None:
-            files = [f for f in files if _may_hold_times_from(f, since, self.state.dims)]
+        files = self._files_between(at, since)
         if keys is None or not self.state.key:
             return self._read(files)
         if key_hashes is None:
@@ -246,6 +242,32 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             wanted = wanted.coalesce(1)
         cond = sql_text.expr(df.sparkSession, " AND ".join(f"{k} <=> {p}" for k, p in probe))
         return sql_text.columns(df.join(wanted, cond, "inner"), df.columns)
+
+    def _files_between(self, at: Time | None, since: Time | None) -> list[DataFile]:
+        """The files that can hold times ``≤ at`` and ``≥ since``, by their bounds."""
+        files = self.files()
+        if at is not None:
+            files = [f for f in files if _may_hold_times_before(f, at, self.state.dims)]
+        if since is not None:
+            files = [f for f in files if _may_hold_times_from(f, since, self.state.dims)]
+        return files
+
+    def stored_rows(
+        self,
+        at: Time | None = None,
+        since: Time | None = None,
+        key_hashes: Sequence[int] | None = None,
+    ) -> pa.Table | None:
+        """The stored updates at times ``≤ at`` and ``≥ since`` (of ``key_hashes``
+        only, when given), as the driver reads them: for a plan that decides from
+        a few rows what to read, before any Spark job. None when they are more
+        than the driver keeps."""
+        files = self._files_between(at, since)
+        if key_hashes is not None:
+            files = [f for f in files if _holds_any(f, key_hashes)]
+        with phase(LOOKUPS):
+            table = arrow_files.read_table(self.uri, self.state, files, key_hashes)
+        return None if table is None else arrow_files.between(table, at, since)
 
     def _read(self, files: Sequence[DataFile]) -> DataFrame:
         """The rows of ``files``: in the driver for local reads, else by Spark."""

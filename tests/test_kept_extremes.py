@@ -1,0 +1,164 @@
+"""MIN and MAX kept from their current rows where no retraction reaches them
+(``operators/extremes.py``): which keys the driver sends back to their history,
+and the views epoch by epoch against a from-scratch evaluation."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
+from dd_etl.operators import extremes
+from dd_etl.operators.reduce import HIGH, LOW
+from dd_etl.plan import Dataflow
+from dd_etl.plan import aggregates as agg
+from dd_etl.runtime import Runtime
+from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
+
+NAN = float("nan")
+
+
+def stored(rows: list[tuple[int, float, float, int, int]]) -> pa.Table:
+    """Stored rows of a MIN/MAX level keyed by ``g``: ``(g, min, max, hash, diff)``."""
+    g, low, high, hashes, diffs = (list(c) for c in zip(*rows, strict=True))
+    return pa.table(
+        {
+            "g": pa.array(g, pa.int64()),
+            LOW: pa.array(low, pa.float64()),
+            HIGH: pa.array(high, pa.float64()),
+            KEY_HASH: pa.array(hashes, pa.int64()),
+            TIME: pa.array([0] * len(rows), pa.int64()),
+            DIFF: pa.array(diffs, pa.int64()),
+        }
+    )
+
+
+def hit(
+    retractions: list[tuple[int, float]], current: pa.Table, hashes: dict[int, int]
+) -> set[int]:
+    rows = [(g, v, v, hashes[g], -1) for g, v in retractions]
+    return set(extremes.reached(stored(rows), current, ["g"]).column("g").to_pylist())
+
+
+def test_only_retractions_of_an_extreme_send_a_key_to_its_history() -> None:
+    hashes = {1: 11, 2: 12, 3: 13, 4: 14}
+    current = stored(
+        [
+            (1, 2.0, 9.0, 11, 1),
+            (2, 1.0, 5.0, 12, 1),
+            (3, 4.0, 4.0, 13, 1),  # the extremes key 3 had, retracted since
+            (3, 4.0, 4.0, 13, -1),
+            (3, 3.0, 6.0, 13, 1),
+        ]
+    )
+    assert hit([(1, 5.0)], current, hashes) == set()  # strictly inside: kept
+    assert hit([(1, 2.0)], current, hashes) == {1}  # the minimum (maybe one of several)
+    assert hit([(2, 5.0)], current, hashes) == {2}  # the maximum
+    assert hit([(3, 4.0)], current, hashes) == set()  # only a past extreme
+    assert hit([(4, 1.0)], current, hashes) == {4}  # no current row
+
+
+def test_keys_sharing_a_hash_are_judged_by_the_widest_test() -> None:
+    """Key 5's range is 0..10 and key 6's 4..5, both under hash 99: a retraction of
+    5's inner value 5 is treated as reaching 6's maximum, which can only cost a
+    history read, never a wrong extreme."""
+    current = stored([(5, 0.0, 10.0, 99, 1), (6, 4.0, 5.0, 99, 1)])
+    hashes = {5: 99, 6: 99}
+    assert hit([(5, 4.5)], current, hashes) == set()
+    assert hit([(5, 5.0)], current, hashes) == {5}
+
+
+def test_nan_reaches_every_extreme() -> None:
+    """Spark orders NaN above every number; Arrow does not compare it at all."""
+    current = stored([(7, 1.0, NAN, 17, 1), (8, 1.0, 9.0, 18, 1)])
+    hashes = {7: 17, 8: 18}
+    assert hit([(7, 5.0)], current, hashes) == {7}  # its maximum is NaN
+    assert hit([(8, NAN)], current, hashes) == {8}
+
+
+ROWS = StructType(
+    [StructField("id", LongType()), StructField("g", LongType()), StructField("x", DoubleType())]
+)
+Row = tuple[Any, ...]
+
+
+def _spark_order(x: float) -> tuple[bool, float]:
+    return (math.isnan(x), 0.0 if math.isnan(x) else x)
+
+
+def expected(live: Counter[Row]) -> dict[str, Counter[Row]]:
+    """MIN and MAX as Spark computes them: NULLs ignored, NaN above every number."""
+    groups: dict[Any, list[float]] = {}
+    for _, g, x in live.elements():
+        if x is not None:
+            groups.setdefault(g, []).append(x)
+    per_group = Counter(
+        (g, min(xs, key=_spark_order), max(xs, key=_spark_order)) for g, xs in groups.items()
+    )
+    every = [x for xs in groups.values() for x in xs]
+    overall = (
+        (min(every, key=_spark_order), max(every, key=_spark_order)) if every else (None, None)
+    )
+    return {"per_group": per_group, "overall": Counter([overall])}
+
+
+def normal(rows: Counter[Row]) -> Counter[Row]:
+    return Counter(
+        {
+            tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r): n
+            for r, n in rows.items()
+        }
+    )
+
+
+@pytest.mark.spark
+def test_kept_extremes_equal_a_scratch_evaluation(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flow = Dataflow(spark, tmp_path)
+    rows = flow.source("rows", ROWS, key=["id"])
+    flow.view("per_group", rows.aggregate(["g"], lo=agg.min_("x"), hi=agg.max_("x")))
+    flow.view("overall", rows.aggregate([], lo=agg.min_("x"), hi=agg.max_("x")))
+    rt = Runtime(flow)
+    kept: list[tuple[int, int]] = []  # per decision: keys retracted from, keys reached
+    reached = extremes.reached
+
+    def recorded(retractions: pa.Table, current: pa.Table, key: list[str]) -> pa.Table:
+        hit = reached(retractions, current, key)
+        touched = retractions.select(key).group_by(key).aggregate([])
+        kept.append((touched.num_rows, hit.num_rows))
+        return hit
+
+    monkeypatch.setattr(extremes, "reached", recorded)
+    rng = random.Random(3)
+    live: dict[int, Row] = {}
+    full = StructType([*ROWS.fields, StructField(DIFF, LongType())])
+    for epoch in range(8):
+        changes: list[tuple[Row, int]] = []
+        for i in range(len(live) + epoch * 100, len(live) + epoch * 100 + 12):
+            x = rng.choice([*range(40), None, NAN] if epoch > 4 else range(40))
+            changes.append(((i, rng.randrange(3), float(x) if x is not None else None), 1))
+        if live:
+            ordered = sorted(live.values(), key=lambda r: (r[2] is None, _spark_order(r[2] or 0.0)))
+            gone = {ordered[0], ordered[-1], *rng.sample(ordered, k=min(5, len(ordered)))}
+            changes += [(r, -1) for r in gone]
+        rt.append_source("rows", spark.createDataFrame([(*r, d) for r, d in changes], full), epoch)
+        for r, d in changes:
+            if d > 0:
+                live[r[0]] = r
+            else:
+                del live[r[0]]
+        rt.run()
+        want = expected(Counter(live.values()))
+        for view in ("per_group", "overall"):
+            got = Counter(tuple(r) for r in rt.read(view).collect())
+            assert normal(got) == normal(want[view]), (view, epoch)
+    assert any(hits < touched for touched, hits in kept)  # some keys kept their extremes
+    assert any(hits > 0 for _, hits in kept)  # and some went back to their history
