@@ -37,7 +37,8 @@ from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import PlanChanged
-from dd_etl.runtime.sizing import for_bytes, for_records
+from dd_etl.runtime.sizing import SMALL, for_bytes, for_records
+from dd_etl.sinks.delta_table import SinkCommit, commit_together
 from dd_etl.sources.base import Capture, encode_position, read_position
 from dd_etl.trace.spark_files import estimated_bytes
 
@@ -134,12 +135,10 @@ def tick_holding_lock(
             report.views = {v: run.views.get(v, 0) for v in chosen}
             done = f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date"
             progress("run", done)
-        for view in chosen:
-            state = rt.trace(pipeline.flow.views[view]).state
-            if epoch_of(state.upper) <= epoch:
-                continue  # a source it reads has not taken in the epoch yet
-            with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(for_records(state.records)):
-                report.sinks.update(sync_sinks(pipeline, view, epoch, progress))
+        # a view waits for every source it reads to take the epoch in
+        nodes = pipeline.flow.views
+        computed = [v for v in chosen if epoch_of(rt.trace(nodes[v]).state.upper) > epoch]
+        report.sinks.update(sync_sinks(pipeline, computed, epoch, progress, profiler))
         failpoint("tick.sinks_committed")
     report.profile = profiler.result()
     record_profile(pipeline.warehouse, epoch, report.profile)
@@ -153,20 +152,57 @@ def tick_holding_lock(
     return report
 
 
-def sync_sinks(pipeline: Pipeline, view: str, epoch: int, progress: Progress) -> dict[str, str]:
-    """Commit ``epoch`` to the view's sinks (once: a repeat says so)."""
+def sync_sinks(
+    pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, profiler: Profiler
+) -> dict[str, str]:
+    """Commit ``epoch`` to the sinks of ``views`` (once: a repeat says so). One Spark
+    job computes the rows of the sinks of all views of a small interval's size,
+    and the driver writes them; a larger view's are written by Spark, sized for
+    it."""
+    rt = pipeline.runtime
+    sizings = {v: for_records(rt.trace(pipeline.flow.views[v]).state.records) for v in views}
+    small = [v for v in views if sizings[v].driver_rows]
     said: dict[str, str] = {}
+    if small:
+        with profiler.trace("sinks"), phase(SINKS), rt.sized(SMALL):
+            said |= _commit(pipeline, small, epoch, progress, together=True)
+    for view in (v for v in views if v not in small):
+        with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(sizings[view]):
+            said |= _commit(pipeline, [view], epoch, progress, together=False)
+    return said
+
+
+def _commit(
+    pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, together: bool
+) -> dict[str, str]:
+    """Commit ``epoch`` to the sinks of ``views``; ``together``: their rows computed by
+    one Spark job (``commit_together``)."""
+    planned = {v: _sinks(pipeline, v, epoch) for v in views}
+    for view in (v for v, sinks in planned.items() if sinks):
+        progress(f"sink:{view}", "", 0.0)
+    commits = [c for sinks in planned.values() for _, c in sinks if c is not None]
+    wrote = iter(commit_together(commits) if together else [c.commit() for c in commits])
+    said: dict[str, str] = {}
+    for view, sinks in planned.items():
+        for name, commit in sinks:
+            said[name] = "committed" if commit is not None and next(wrote) else "already there"
+        if sinks:
+            done = [said[name] for name, _ in sinks]
+            progress(f"sink:{view}", "committed" if "committed" in done else "already there")
+    return said
+
+
+def _sinks(pipeline: Pipeline, view: str, epoch: int) -> list[tuple[str, SinkCommit | None]]:
+    """The view's sinks, by name, with the commit each needs (None: none)."""
+    planned: list[tuple[str, SinkCommit | None]] = []
     table = pipeline.materialized(view)
     if table is not None:
-        progress(f"sink:{view}", "", 0.0)
-        wrote = table.sync(epoch, changed=may_have_changed(pipeline, view, epoch))
-        said[f"{view} (materialized)"] = "committed" if wrote else "already there"
-        progress(f"sink:{view}", said[f"{view} (materialized)"])
+        changed = may_have_changed(pipeline, view, epoch)
+        planned.append((f"{view} (materialized)", table.plan(epoch, changed)))
     feed = pipeline.change_feed(view)
     if feed is not None:
-        wrote = feed.sync(epoch)
-        said[f"{view} (changes)"] = "committed" if wrote else "already there"
-    return said
+        planned.append((f"{view} (changes)", feed.plan(epoch)))
+    return planned
 
 
 def epoch_complete(pipeline: Pipeline, epoch: int) -> bool:

@@ -286,15 +286,17 @@ class Runtime:
 
     def read(self, view: str, as_of: int | None = None) -> DataFrame:
         """The view's rows at epoch ``as_of`` (default: latest), with bag semantics:
-        each row repeated by its multiplicity."""
+        each row repeated by its multiplicity. A negative one (a broken trace) fails
+        the query that reads it, in its own Spark job rather than one more."""
         trace = self._view_trace(view)
         at = None if as_of is None else (as_of,)
         acc = trace.read_at(at)
         data = [c for c in acc.columns if c != DIFF]
-        negative = acc.where(F.col(DIFF) < 0).limit(1).collect()
-        if negative:
-            raise PlanError(f"view {view!r} has a negative multiplicity: {negative[0].asDict()}")
-        return acc.select(*data, F.explode(F.sequence(F.lit(1), F.col(DIFF)))).select(*data)
+        broken = F.lit(f"view {view!r} has a negative multiplicity: ")
+        row = F.to_json(F.struct(*data, DIFF))
+        copies = F.when(F.col(DIFF) < 0, F.raise_error(F.concat(broken, row)))
+        copies = copies.otherwise(F.col(DIFF))
+        return acc.select(*data, F.explode(F.sequence(F.lit(1), copies))).select(*data)
 
     def _view_trace(self, view: str) -> DeltaTrace:
         """The view's trace as last committed: since this runtime last looked, another

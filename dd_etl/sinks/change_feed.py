@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.runtime import Runtime
-from dd_etl.sinks.delta_table import SinkTable
+from dd_etl.sinks.delta_table import SinkCommit, SinkTable
 from dd_etl.trace.columns import DIFF, TIME
 
 EPOCH_COLUMN = "_epoch"
@@ -34,14 +34,17 @@ class ChangeFeed:
         self.columns = node.columns
         self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/changes", schema)
 
-    def sync(self, epoch: int) -> bool:
+    def plan(self, epoch: int) -> SinkCommit | None:
+        """The commit of the view's changes up to ``epoch`` (None: there already)."""
         last = self.table.epoch()
         if last is not None and last >= epoch:
-            return False
+            return None
         start = 0 if last is None else last + 1
         changes = self.runtime.changes(self.view, start, epoch + 1).select(
             *self.columns,
             F.col(TIME).cast("long").alias(EPOCH_COLUMN),
             F.col(DIFF).cast("long").alias(DIFF_COLUMN),
         )
-        return self.table.commit(epoch, changes, replace=False, meta={"dd_etl.view": self.view})
+        return SinkCommit(
+            self.table, epoch, changes, replace=False, meta={"dd_etl.view": self.view}
+        )

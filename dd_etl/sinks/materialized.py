@@ -10,7 +10,7 @@ time travel goes back epoch by epoch: the commit's ``dd_etl.epoch`` says which.
 from __future__ import annotations
 
 from dd_etl.runtime import Runtime
-from dd_etl.sinks.delta_table import SinkTable
+from dd_etl.sinks.delta_table import SinkCommit, SinkTable
 
 
 class MaterializedView:
@@ -21,13 +21,15 @@ class MaterializedView:
         schema = runtime.flow.views[view].schema
         self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/materialize", schema)
 
-    def sync(self, epoch: int, changed: bool | None = None) -> bool:
-        """Bring the table to the view as of ``epoch``; ``changed=False`` says the view
-        did not change since the table's last epoch. False if already there."""
+    def plan(self, epoch: int, changed: bool | None = None) -> SinkCommit | None:
+        """The commit that brings the table to the view as of ``epoch``; ``changed=False``
+        says the view did not change since the table's last epoch. None if the
+        table is there already."""
         last = self.table.epoch()
         if last is not None and last >= epoch:
-            return False
+            return None
+        meta = {"dd_etl.view": self.view}
         if changed is False and last == epoch - 1:
-            return self.table.commit(epoch, None, replace=False, meta={"dd_etl.view": self.view})
+            return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
         rows = self.runtime.read(self.view, as_of=epoch)
-        return self.table.commit(epoch, rows, replace=True, meta={"dd_etl.view": self.view})
+        return SinkCommit(self.table, epoch, rows, replace=True, meta=meta)
