@@ -17,10 +17,13 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructField, StructType
 
 from dd_etl.errors import HistoryLost, SourceError
 from dd_etl.local_relations import empty_frame
@@ -158,7 +161,8 @@ class FileSource:
         reader = self.spark.read.options(**options)
         try:
             if self.format == "parquet":
-                return reader.parquet(*paths)
+                footer = _footer_schema(paths[0]) if "mergeSchema" not in options else None
+                return (reader if footer is None else reader.schema(footer)).parquet(*paths)
             if self.format == "csv":
                 return reader.csv(paths)
             return reader.json(paths)
@@ -179,6 +183,36 @@ class FileSource:
         if self.diff_column in df.columns:
             diff = F.coalesce(F.col(f"`{self.diff_column}`").cast("long"), F.lit(1))
         return conform(df, schema, diff)
+
+
+_PLAIN_TYPES = (
+    pa.types.is_signed_integer,
+    pa.types.is_floating,
+    pa.types.is_boolean,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_binary,
+    pa.types.is_date32,
+    pa.types.is_decimal,
+)
+"""Parquet columns whose Spark type is plain from their Arrow type (timestamps,
+unsigned and nested types are Spark's to infer: INT96, nanoseconds, UTC or not)."""
+
+
+def _footer_schema(path: str) -> StructType | None:
+    """The Spark schema of a parquet file, from its footer read in the driver, when
+    every column is of a plain type: what Spark infers from it without the Spark
+    job it runs to read one footer. None when Spark had better infer it."""
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException):
+        return None  # Spark's read says what is wrong with the file
+    if not all(any(plain(f.type) for plain in _PLAIN_TYPES) for f in schema):
+        return None
+    if any(pa.types.is_float16(f.type) for f in schema):
+        return None
+    inferred = from_arrow_schema(schema)
+    return StructType([StructField(f.name, f.dataType, True) for f in inferred.fields])
 
 
 def _first_line(e: Exception) -> str:
