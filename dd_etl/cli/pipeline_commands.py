@@ -22,7 +22,7 @@ from dd_etl.cli.render import fail
 
 if TYPE_CHECKING:
     from dd_etl.pipeline.build import Pipeline
-    from dd_etl.pipeline.tick import Progress as TickProgress
+    from dd_etl.pipeline.progress import Progress as TickProgress
 
 app = typer.Typer()
 PipelineFile = Annotated[Path, typer.Argument(help="The pipeline YAML file.")]

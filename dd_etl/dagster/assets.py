@@ -32,7 +32,8 @@ from dd_etl.errors import DdEtlError
 from dd_etl.pipeline.analysis import referenced_tables, view_order
 from dd_etl.pipeline.build import Pipeline, open_pipeline
 from dd_etl.pipeline.config import LoadedConfig, load_config
-from dd_etl.pipeline.tick import Progress, run_tick
+from dd_etl.pipeline.progress import Progress
+from dd_etl.pipeline.tick import run_tick
 
 
 def asset_specs(loaded: LoadedConfig) -> list[dg.AssetSpec]:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from dd_etl.errors import PipelineError
 from dd_etl.pipeline.build import Pipeline
+from dd_etl.pipeline.progress import Progress
 from dd_etl.pipeline.status import tick_due
-from dd_etl.pipeline.tick import Progress, TickReport, _quiet, next_epoch, run_tick
+from dd_etl.pipeline.tick import TickReport, _quiet, next_epoch, run_tick
 
 
 class EpochOutOfOrder(PipelineError):

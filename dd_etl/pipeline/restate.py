@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 from dd_etl.errors import PipelineError
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.lock import tick_lock
-from dd_etl.pipeline.tick import Progress, TickReport, _quiet, next_epoch, tick_holding_lock
+from dd_etl.pipeline.progress import Progress
+from dd_etl.pipeline.tick import TickReport, _quiet, next_epoch, tick_holding_lock
 from dd_etl.sources.base import Capture, Position, difference, read_position
 
 

@@ -21,33 +21,22 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
-from pyspark.errors import PySparkException
-
-from dd_etl.errors import NeedsRebuild, PipelineError, SourceError
+from dd_etl.errors import NeedsRebuild
 from dd_etl.failpoints import failpoint
-from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
+from dd_etl.pipeline.ingest import ingest
 from dd_etl.pipeline.lock import tick_lock
+from dd_etl.pipeline.progress import Progress
 from dd_etl.pipeline.tick_record import TickRecord, last_tick, record_profile, record_tick
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import PlanChanged
-from dd_etl.runtime.sizing import SMALL, for_bytes, for_records
+from dd_etl.runtime.sizing import SMALL, for_records
 from dd_etl.sinks.delta_table import SinkCommit, commit_together
-from dd_etl.sources.base import Capture, encode_position, read_position
-from dd_etl.trace.spark_files import estimated_bytes
-
-
-class Progress(Protocol):
-    """Told when a step (``source:trips``, ``run``, ``view:fares``, ``sink:fares``)
-    starts (``done=0``), how far it got and what it did (``done=1``: finished)."""
-
-    def __call__(self, step: str, detail: str, done: float = 1.0) -> None: ...
+from dd_etl.sources.base import Capture
 
 
 @dataclass
@@ -117,11 +106,8 @@ def tick_holding_lock(
     report = TickReport(epoch, resumed)
     profiler = Profiler(rt.spark)
     with profiler.active():
-        for name in pipeline.flow.sources if sources is None else sources:
-            progress(f"source:{name}", "", 0.0)
-            with profiler.trace(f"ingest {name}"):
-                report.sources[name] = ingest(pipeline, name, epoch, limit, captures.get(name))
-            progress(f"source:{name}", report.sources[name])
+        names = list(pipeline.flow.sources if sources is None else sources)
+        report.sources = ingest(pipeline, names, epoch, limit, captures, progress, profiler)
         failpoint("tick.sources_appended")
         chosen = list(pipeline.flow.views) if views is None else list(views)
         if chosen:
@@ -260,48 +246,3 @@ def may_have_changed(pipeline: Pipeline, view: str, epoch: int) -> bool:
         ):
             return True
     return False
-
-
-def ingest(
-    pipeline: Pipeline,
-    name: str,
-    epoch: int,
-    limit: int | None = None,
-    capture: Capture | None = None,
-) -> str:
-    """Append source ``name``'s changes as ``epoch``, unless it already has."""
-    rt = pipeline.runtime
-    node = pipeline.flow.sources.get(name)
-    if node is None:
-        raise PipelineError(f"unknown source {name!r}; sources are {sorted(pipeline.flow.sources)}")
-    trace = rt.trace(node)
-    upper = epoch_of(trace.reload().upper)
-    if upper > epoch:
-        return "already taken in"
-    if upper < epoch:  # a source new to the pipeline: empty before its first epoch
-        empty = pipeline.flow.empty_updates(node.schema)
-        trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
-    reader = pipeline.readers[name]
-    try:
-        if capture is None:
-            capture = reader.capture(read_position(trace), trace, node.schema, limit)
-        changes = capture.changes
-        if changes is None:
-            changes = pipeline.flow.empty_updates(node.schema).drop("_time")
-        with rt.sized(for_bytes(estimated_bytes(changes))):
-            rt.append_source(name, changes, epoch, meta=encode_position(capture.position))
-    except PipelineError:
-        raise
-    except (PySparkException, Py4JJavaError) as e:
-        raise SourceError(name, f"its new data cannot be taken in: {_first_line(e)}") from e
-    return capture.summary
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    if isinstance(e, Py4JJavaError):
-        text = str(e.java_exception)
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:400]
-    return type(e).__name__

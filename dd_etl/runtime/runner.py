@@ -129,15 +129,18 @@ class Runtime:
         ``meta`` (e.g. which source versions or files the epoch covers) is committed
         atomically with the changes; read it back from ``trace(...).state.meta_map``.
         """
-        source = self.flow.sources.get(name)
-        if source is None:
+        updates = self.source_updates(name, changes, epoch)
+        return self.trace(self.flow.sources[name]).compare_and_append(
+            updates, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1), meta
+        )
+
+    def source_updates(self, name: str, changes: DataFrame, epoch: int) -> DataFrame:
+        """A source's changes as its trace's updates at ``epoch``."""
+        if name not in self.flow.sources:
             raise PlanError(f"unknown source {name!r}; sources are {sorted(self.flow.sources)}")
         if DIFF not in changes.columns:
             changes = changes.withColumn(DIFF, F.lit(1).cast("long"))
-        updates = changes.withColumn(TIME, F.lit(epoch).cast("long"))
-        return self.trace(source).compare_and_append(
-            updates, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1), meta
-        )
+        return changes.withColumn(TIME, F.lit(epoch).cast("long"))
 
     # -------------------------------------------------------------------- run
 

@@ -1,0 +1,153 @@
+"""A tick's sources taking their changes in as its epoch.
+
+Each source that has not appended the epoch captures its changes since the
+position its last epoch covered (``sources/``) and appends them with the new
+position as trace meta, in one commit (a source added later first gets empty
+epochs). The changes of every source of a small interval's size are computed by
+one Spark job into the driver, which writes each source's batch, as a layer's
+batches are (``runtime/execution.py``); a larger source's are written by Spark,
+sized for them. A source whose data Spark cannot take in fails naming the
+source: when the shared job fails, each source is taken in by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+
+from dd_etl.errors import PipelineError, SourceError
+from dd_etl.lattice import Antichain
+from dd_etl.pipeline.build import Pipeline
+from dd_etl.pipeline.progress import Progress
+from dd_etl.profiling import SPARK, Profiler, phase
+from dd_etl.runtime.epochs import epoch_of
+from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes
+from dd_etl.sources.base import Capture, encode_position, read_position
+from dd_etl.trace.arrow_files import collect_each
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
+from dd_etl.trace.spark_files import estimated_bytes
+
+SPARK_ERRORS = (PySparkException, Py4JJavaError)
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A source's changes for the epoch, planned and not yet appended."""
+
+    name: str
+    trace: DeltaTrace
+    updates: DataFrame
+    epoch: int
+    meta: dict[str, str]
+    summary: str
+    sizing: Sizing
+
+    def append(self, batch: CollectedBatch | None = None) -> None:
+        """Append the changes, as the driver holds them when ``batch`` is given."""
+        lower, upper = Antichain.from_epoch(self.epoch), Antichain.from_epoch(self.epoch + 1)
+        with taken_in(self.name):
+            updates = self.updates if batch is None else batch
+            self.trace.compare_and_append(updates, lower, upper, self.meta)
+
+
+def ingest(
+    pipeline: Pipeline,
+    names: Sequence[str],
+    epoch: int,
+    limit: int | None,
+    captures: Mapping[str, Capture],
+    progress: Progress,
+    profiler: Profiler,
+) -> dict[str, str]:
+    """Append the changes of the sources ``names`` as ``epoch``, each unless it
+    already has; what each took in, by source."""
+    rt = pipeline.runtime
+    said: dict[str, str] = {}
+    small: list[Captured] = []
+    for name in names:
+        progress(f"source:{name}", "", 0.0)
+        with profiler.trace(f"ingest {name}"):
+            captured = capture(pipeline, name, epoch, limit, captures.get(name))
+            if isinstance(captured, Captured) and captured.sizing.driver_rows:
+                small.append(captured)
+                continue
+            if isinstance(captured, Captured):
+                with rt.sized(captured.sizing):
+                    captured.append()
+                captured = captured.summary
+        said[name] = captured
+        progress(f"source:{name}", captured)
+    if small:
+        with profiler.trace("ingest"), rt.sized(SMALL):
+            for captured, batch in zip(small, collected(small), strict=True):
+                captured.append(batch)
+                said[captured.name] = captured.summary
+                progress(f"source:{captured.name}", captured.summary)
+    return said
+
+
+def capture(
+    pipeline: Pipeline, name: str, epoch: int, limit: int | None, given: Capture | None
+) -> Captured | str:
+    """Source ``name``'s changes for ``epoch``, or what it says if it already has
+    them (``given`` replaces its own capture: a restatement)."""
+    rt = pipeline.runtime
+    node = pipeline.flow.sources.get(name)
+    if node is None:
+        raise PipelineError(f"unknown source {name!r}; sources are {sorted(pipeline.flow.sources)}")
+    trace = rt.trace(node)
+    upper = epoch_of(trace.reload().upper)
+    if upper > epoch:
+        return "already taken in"
+    if upper < epoch:  # a source new to the pipeline: empty before its first epoch
+        empty = pipeline.flow.empty_updates(node.schema)
+        trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
+    with taken_in(name):
+        taken = given or pipeline.readers[name].capture(
+            read_position(trace), trace, node.schema, limit
+        )
+        changes = taken.changes
+        if changes is None:
+            changes = pipeline.flow.empty_updates(node.schema).drop("_time")
+        sizing = for_bytes(estimated_bytes(changes))
+        updates = rt.source_updates(name, changes, epoch)
+    meta = encode_position(taken.position)
+    return Captured(name, trace, updates, epoch, meta, taken.summary, sizing)
+
+
+def collected(sources: Sequence[Captured]) -> list[CollectedBatch | None]:
+    """The batches of ``sources`` computed by one Spark job into the driver (None for
+    one of more than a file's worth, and for all when the job fails: each source
+    then takes its data in by itself, and its error names it)."""
+    plans = [c.trace.batch_plan(c.updates) for c in sources]
+    limits = [c.trace.delta_storage.rows_per_file for c in sources]
+    try:
+        with phase(SPARK):
+            tables = collect_each(plans, limits)
+    except SPARK_ERRORS:
+        return [None] * len(sources)
+    return [None if t is None else CollectedBatch(t) for t in tables]
+
+
+@contextmanager
+def taken_in(name: str) -> Iterator[None]:
+    """Spark's failure to take a source's data in, as an error naming the source."""
+    try:
+        yield
+    except SPARK_ERRORS as e:
+        raise SourceError(name, f"its new data cannot be taken in: {first_line(e)}") from e
+
+
+def first_line(e: Exception) -> str:
+    text = str(e).strip()
+    if isinstance(e, Py4JJavaError):
+        text = str(e.java_exception)
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:400]
+    return type(e).__name__
