@@ -32,11 +32,11 @@ from dd_etl.trace.arrow_files import collect_each
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
 from dd_etl.trace.spark_files import estimated_bytes
 
-SPARK_ERRORS = (PySparkException, Py4JJavaError)
+_SPARK_ERRORS = (PySparkException, Py4JJavaError)
 
 
 @dataclass(frozen=True)
-class Captured:
+class _Captured:
     """A source's changes for the epoch, planned and not yet appended."""
 
     name: str
@@ -50,7 +50,7 @@ class Captured:
     def append(self, batch: CollectedBatch | None = None) -> None:
         """Append the changes, as the driver holds them when ``batch`` is given."""
         lower, upper = Antichain.from_epoch(self.epoch), Antichain.from_epoch(self.epoch + 1)
-        with taken_in(self.name):
+        with _taken_in(self.name):
             updates = self.updates if batch is None else batch
             self.trace.compare_and_append(updates, lower, upper, self.meta)
 
@@ -68,32 +68,33 @@ def ingest(
     already has; what each took in, by source."""
     rt = pipeline.runtime
     said: dict[str, str] = {}
-    small: list[Captured] = []
+    small: list[_Captured] = []
     for name in names:
         progress(f"source:{name}", "", 0.0)
         with profiler.trace(f"ingest {name}"):
-            captured = capture(pipeline, name, epoch, limit, captures.get(name))
-            if isinstance(captured, Captured) and captured.sizing.driver_rows:
+            captured = _capture(pipeline, name, epoch, limit, captures.get(name))
+            if isinstance(captured, str):
+                said[name] = captured  # taken in before
+            elif captured.sizing.driver_rows:
                 small.append(captured)
-                continue
-            if isinstance(captured, Captured):
+            else:
                 with rt.sized(captured.sizing):
                     captured.append()
-                captured = captured.summary
-        said[name] = captured
-        progress(f"source:{name}", captured)
+                said[name] = captured.summary
+        if name in said:
+            progress(f"source:{name}", said[name])
     if small:
         with profiler.trace("ingest"), rt.sized(SMALL):
-            for captured, batch in zip(small, collected(small), strict=True):
+            for captured, batch in zip(small, _collected(small), strict=True):
                 captured.append(batch)
                 said[captured.name] = captured.summary
                 progress(f"source:{captured.name}", captured.summary)
     return said
 
 
-def capture(
+def _capture(
     pipeline: Pipeline, name: str, epoch: int, limit: int | None, given: Capture | None
-) -> Captured | str:
+) -> _Captured | str:
     """Source ``name``'s changes for ``epoch``, or what it says if it already has
     them (``given`` replaces its own capture: a restatement)."""
     rt = pipeline.runtime
@@ -107,7 +108,7 @@ def capture(
     if upper < epoch:  # a source new to the pipeline: empty before its first epoch
         empty = pipeline.flow.empty_updates(node.schema)
         trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
-    with taken_in(name):
+    with _taken_in(name):
         taken = given or pipeline.readers[name].capture(
             read_position(trace), trace, node.schema, limit
         )
@@ -117,10 +118,10 @@ def capture(
         sizing = for_bytes(estimated_bytes(changes))
         updates = rt.source_updates(name, changes, epoch)
     meta = encode_position(taken.position)
-    return Captured(name, trace, updates, epoch, meta, taken.summary, sizing)
+    return _Captured(name, trace, updates, epoch, meta, taken.summary, sizing)
 
 
-def collected(sources: Sequence[Captured]) -> list[CollectedBatch | None]:
+def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
     """The batches of ``sources`` computed by one Spark job into the driver (None for
     one of more than a file's worth, and for all when the job fails: each source
     then takes its data in by itself, and its error names it)."""
@@ -129,21 +130,21 @@ def collected(sources: Sequence[Captured]) -> list[CollectedBatch | None]:
     try:
         with phase(SPARK):
             tables = collect_each(plans, limits)
-    except SPARK_ERRORS:
+    except _SPARK_ERRORS:
         return [None] * len(sources)
     return [None if t is None else CollectedBatch(t) for t in tables]
 
 
 @contextmanager
-def taken_in(name: str) -> Iterator[None]:
+def _taken_in(name: str) -> Iterator[None]:
     """Spark's failure to take a source's data in, as an error naming the source."""
     try:
         yield
-    except SPARK_ERRORS as e:
-        raise SourceError(name, f"its new data cannot be taken in: {first_line(e)}") from e
+    except _SPARK_ERRORS as e:
+        raise SourceError(name, f"its new data cannot be taken in: {_first_line(e)}") from e
 
 
-def first_line(e: Exception) -> str:
+def _first_line(e: Exception) -> str:
     text = str(e).strip()
     if isinstance(e, Py4JJavaError):
         text = str(e.java_exception)
