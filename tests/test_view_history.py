@@ -89,3 +89,15 @@ def test_a_runtime_reads_what_others_committed_since_it_last_looked(
     )
     feed = Counter((r["k"], r["_time"], r["_diff"]) for r in rt.changes("kept", 3, 5).collect())
     assert feed == Counter({(3, 3, 1): 1, (4, 4, 1): 1, (0, 4, -1): 1})
+
+
+def test_a_negative_multiplicity_fails_the_read_naming_the_view(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A retraction of a row that was never there leaves the view's trace broken:
+    reading it fails in the query that reads it, naming the view and the row."""
+    rt = runtime(spark, tmp_path)
+    rt.append_source("rows", spark.createDataFrame([(1, 5, 1), (2, 7, -1)], CHANGES), 0)
+    rt.run()
+    with pytest.raises(Exception, match=r"view 'kept' has a negative multiplicity: .*\"k\":2"):
+        rt.read("kept").collect()

@@ -161,7 +161,7 @@ class FileSource:
         reader = self.spark.read.options(**options)
         try:
             if self.format == "parquet":
-                footer = _footer_schema(paths[0]) if "mergeSchema" not in options else None
+                footer = footer_schema(paths[0]) if "mergeSchema" not in options else None
                 return (reader if footer is None else reader.schema(footer)).parquet(*paths)
             if self.format == "csv":
                 return reader.csv(paths)
@@ -187,19 +187,20 @@ class FileSource:
 
 _PLAIN_TYPES = (
     pa.types.is_signed_integer,
-    pa.types.is_floating,
+    pa.types.is_float32,
+    pa.types.is_float64,
     pa.types.is_boolean,
     pa.types.is_string,
     pa.types.is_large_string,
     pa.types.is_binary,
     pa.types.is_date32,
-    pa.types.is_decimal,
+    pa.types.is_decimal128,  # Spark's decimals go to 38 digits
 )
 """Parquet columns whose Spark type is plain from their Arrow type (timestamps,
 unsigned and nested types are Spark's to infer: INT96, nanoseconds, UTC or not)."""
 
 
-def _footer_schema(path: str) -> StructType | None:
+def footer_schema(path: str) -> StructType | None:
     """The Spark schema of a parquet file, from its footer read in the driver, when
     every column is of a plain type: what Spark infers from it without the Spark
     job it runs to read one footer. None when Spark had better infer it."""
@@ -208,8 +209,6 @@ def _footer_schema(path: str) -> StructType | None:
     except (OSError, pa.ArrowException):
         return None  # Spark's read says what is wrong with the file
     if not all(any(plain(f.type) for plain in _PLAIN_TYPES) for f in schema):
-        return None
-    if any(pa.types.is_float16(f.type) for f in schema):
         return None
     inferred = from_arrow_schema(schema)
     return StructType([StructField(f.name, f.dataType, True) for f in inferred.fields])
