@@ -32,6 +32,7 @@ from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
+from dd_etl.trace.file_stats import hash_bounds
 from dd_etl.trace.trace import Trace
 from tests.support.kv_trace import SCHEMA, contents, frame
 from tests.support.model_storage import Update, accumulate, consolidate, model_trace
@@ -393,3 +394,35 @@ def test_one_job_collects_batches_of_different_layouts_each_whole_or_not_at_all(
         None,  # 5 rows, more than its 4
     ]
     assert arrow_files.collect_each([], []) == []
+
+
+def test_a_batch_of_unknown_size_is_written_by_the_driver_in_slices_of_the_hash_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark estimates a range small, but it is several files' worth: the one job
+    that computes it brings it to the driver, which writes files of consecutive
+    key-hash ranges (what key lookups prune by), not Spark counting and writing it."""
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=4)
+    updates = spark.range(11).select(
+        F.col("id").alias("k"),
+        F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"),
+        F.lit(0).cast("long").alias(TIME),
+        F.lit(1).cast("long").alias(DIFF),
+    )
+    spark.sparkContext.setJobGroup("unknown-size-append", "a test's append")
+    try:
+        trace.compare_and_append(updates, e(0), e(1))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup("unknown-size-append")) == 1
+    files = trace.files()
+    assert [f.records for f in files] == [4, 4, 3]
+    assert {
+        pq.ParquetFile(tmp_path / "t" / f.path).metadata.created_by.split()[0] for f in files
+    } == {"parquet-cpp-arrow"}
+    bounds = [hash_bounds(f) for f in files]
+    assert [b for pair in bounds if pair is not None for b in pair] == sorted(
+        b for pair in bounds if pair is not None for b in pair
+    )
+    assert None not in bounds
+    assert contents(trace.read_at()) == {(k, f"v{k}"): 1 for k in range(11)}

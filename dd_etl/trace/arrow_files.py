@@ -14,8 +14,9 @@ set-up per read. Files are read one at a time and only their matching rows
 kept, so the driver holds one file plus the result; a read keeping more than
 ``DRIVER_KEPT_RECORDS`` rows is left to a Spark scan instead.
 
-Writes of one file's worth go the other way: Spark computes the batch and hands
-it to the driver as Arrow, which writes the file. A Spark file write pays for a
+Writes of up to a few files' worth go the other way: Spark computes the batch
+and hands it to the driver as Arrow, which writes its files, consecutive slices
+of its key-hash order. A Spark file write pays for a
 commit protocol (temporary directories, renames, markers) that a batch file,
 referenced only once its trace's log commits it, does not need; and the batches
 of several traces are computed by one Spark job (``collect_each``), where each
@@ -164,13 +165,15 @@ def _slot(k: int) -> str:
     return f"__slot_{k}"
 
 
-def write_file(root: str, directory: str, table: pa.Table) -> None:
-    """Write ``table`` as the one file of ``root/directory`` (none if empty)."""
+def write_files(root: str, directory: str, table: pa.Table, rows_per_file: int) -> None:
+    """Write ``table`` (sorted by key hash) as the files of ``root/directory``, each
+    a consecutive slice of at most ``rows_per_file`` rows (none if empty)."""
     if table.num_rows == 0:
         return
     target = Path(root) / directory
     target.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, target / "part-00000.parquet")
+    for n, start in enumerate(range(0, table.num_rows, rows_per_file)):
+        pq.write_table(table.slice(start, rows_per_file), target / f"part-{n:05d}.parquet")
 
 
 def between(table: pa.Table, at: Time | None, since: Time | None) -> pa.Table:
