@@ -13,6 +13,7 @@ from dd_etl.plan.graph import (
     layers,
     stateful,
     trace_key,
+    traces_read,
     upstream,
 )
 from dd_etl.plan.loops import body_of, loop_nest, reads_loop_variable
@@ -48,6 +49,15 @@ def test_layers_put_each_trace_after_the_traces_it_reads() -> None:
     g = graph()
     kept = [x for x in upstream([g["v1"], g["v2"]]) if x.trace_name is not None]
     assert [[x.id for x in layer] for layer in layers(kept)] == [["s"], ["a", "v2"], ["r"], ["v1"]]
+
+
+def test_a_node_reads_its_nearest_traces_through_untraced_nodes() -> None:
+    g = graph()
+    assert [x.id for x in traces_read(g["v2"])] == ["s"]  # through the filter
+    assert [x.id for x in traces_read(g["r"])] == ["a"]  # not the source below it
+    both = n.Concat("c", (g["f"], g["r"]), SCHEMA)
+    assert [x.id for x in traces_read(n.View("v3", (both,), SCHEMA, name="all"))] == ["s", "r"]
+    assert traces_read(g["s"]) == []
 
 
 def test_trace_keys() -> None:

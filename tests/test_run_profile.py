@@ -211,18 +211,23 @@ def test_large_and_small_sizings_compute_the_same_views(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sizing changes how Spark runs a plan, never what it computes: the same
-    epochs run as large intervals (adaptive execution, counted parallel writes)
-    and as small ones give the same views."""
+    epochs run as large intervals (adaptive execution, counted parallel writes),
+    as small ones, and as a large load whose layers reading few records (the
+    aggregates over its 60 trips' three zones) run small, give the same views."""
     live = {i: trip(i) for i in range(60)}
     runtimes = {}
-    for name, limit in (("small", 10**9), ("large", -1)):
+    for name, limit in (("small", 10**9), ("large", -1), ("mixed", 20)):
         monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", limit)
         rt = build(spark, tmp_path / name)
         load(spark, rt, 60)
-        assert rt.run().profile.sizing == name  # type: ignore[union-attr]
+        loaded = rt.run().profile
+        assert loaded is not None and loaded.sizing == ("small" if name == "small" else "large")
+        small_layers = [t for t in loaded.traces if t.startswith(f"{LAYER_LABEL}/")]
+        assert bool(small_layers) == (name != "large"), small_layers
         for epoch in (1, 2):
             change(spark, rt, epoch)
-        assert rt.run().profile.sizing == name  # type: ignore[union-attr]  # both epochs
+        again = "large" if name == "large" else "small"  # both epochs: a few records
+        assert rt.run().profile.sizing == again  # type: ignore[union-attr]
         runtimes[name] = rt
     for epoch in (1, 2):
         live[1000 + epoch] = trip(1000 + epoch)

@@ -29,16 +29,26 @@ def uninterrupted(
 
 
 @pytest.mark.parametrize(
-    "failpoint",
-    ["append.committed=9", "append.files_written=12", "layer.collected=6", "append.committed=16"],
+    ("failpoint", "small_records"),
+    [
+        ("append.committed=9", None),
+        ("append.files_written=12", None),
+        ("layer.collected=6", None),
+        ("append.committed=16", None),
+        # sized large past 8 source records: the second run is, and its third layer,
+        # which reads fewer, runs small
+        ("layer.collected=1", "8"),
+    ],
 )
 def test_a_killed_run_recovers_to_the_uninterrupted_result(
     spark: SparkSession,
     tmp_path: Path,
     failpoint: str,
+    small_records: str | None,
     uninterrupted: dict[str, list[Counter[tuple[object, ...]]]],
 ) -> None:
-    proc = run_workload("tests.support.runtime_workload", tmp_path, failpoint)
+    more = () if small_records is None else (small_records,)
+    proc = run_workload("tests.support.runtime_workload", tmp_path, failpoint, *more)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-2000:]
     rt = run(spark, tmp_path)
     for v in VIEWS:

@@ -44,6 +44,22 @@ def dependants(views: Sequence[n.View], of: Collection[str]) -> list[n.View]:
     return [v for v in views if any(x.id in of for x in upstream([v]))]
 
 
+def traces_read(node: n.Node) -> list[n.Node]:
+    """The nodes with traces that ``node``'s changes are computed from: its nearest
+    ancestors that keep one, through the nodes in between that keep none."""
+    found: dict[str, n.Node] = {}
+
+    def visit(x: n.Node) -> None:
+        for i in x.inputs:
+            if i.trace_name is not None:
+                found.setdefault(i.id, i)
+            else:
+                visit(i)
+
+    visit(node)
+    return list(found.values())
+
+
 def layers(nodes: Sequence[n.Node]) -> list[list[n.Node]]:
     """``nodes`` (those keeping traces, inputs before users) grouped by how many
     traces lie between them and the sources: a layer depends only on earlier ones."""

@@ -7,7 +7,8 @@
 2. find the pending interval ``[lower, upper)``: ``upper`` the meet of the
    sources' uppers, ``lower`` the least upper of the traces to maintain;
 3. size the interval from the trace logs (no Spark job): a small one looks up
-   history in the driver and runs one Spark job per layer;
+   history in the driver and runs one Spark job per layer, and so does a layer of
+   a large one whose traces read few records (``Interval.layer_sizing``);
 4. bring the traces up to date layer by layer, the traces of a layer side by
    side (``Interval``): each plans its batch for ``[its upper, upper)``; in a
    small interval one Spark job (per eight traces) computes the layer's batches
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -51,7 +53,7 @@ from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import LOW, delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.graph import dependants, keyed_by, keyed_leaves
+from dd_etl.plan.graph import dependants, keyed_by, keyed_leaves, traces_read
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SPARK, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
@@ -59,7 +61,7 @@ from dd_etl.runtime.full_refresh import full_changes
 from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
-from dd_etl.runtime.sizing import for_records
+from dd_etl.runtime.sizing import Sizing, for_records
 from dd_etl.sql_text import quote
 from dd_etl.trace.arrow_files import collect_each
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
@@ -135,7 +137,7 @@ def _execute(
         def plan(node: n.Node) -> Append | None:
             with profiler.trace(_label(node)):
                 planned = interval.plan(node)
-                if planned is None or not sizing.driver_rows:
+                if planned is None or not interval.driver_rows:
                     return planned
                 # the batch as stored planned here too: side by side, not in turn
                 return planned.to_collect()
@@ -155,15 +157,18 @@ def _execute(
                 rt.release(node, upper)
 
         for depth, layer in enumerate(rt.layers(chosen, unmaintained)):
-            if sizing.driver_rows:
-                appends = [a for a in pool.map(plan, layer) if a is not None]
-                batches: list[CollectedBatch | None] = [None] * len(appends)
-                if any(a.changes is not None for a in appends):
-                    with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                        batches = collect_batches(appends)
-                    failpoint("layer.collected")
-                list(pool.map(append, zip(appends, batches, strict=True)))
-            list(pool.map(bring, layer))
+            layer_sizing = interval.layer_sizing(layer, sizing)
+            with rt.sized(layer_sizing) if layer_sizing is not sizing else nullcontext():
+                interval.driver_rows = layer_sizing.driver_rows
+                if interval.driver_rows:
+                    appends = [a for a in pool.map(plan, layer) if a is not None]
+                    batches: list[CollectedBatch | None] = [None] * len(appends)
+                    if any(a.changes is not None for a in appends):
+                        with profiler.trace(f"{LAYER_LABEL}/{depth}"):
+                            batches = collect_batches(appends)
+                        failpoint("layer.collected")
+                    list(pool.map(append, zip(appends, batches, strict=True)))
+                list(pool.map(bring, layer))
         # 5. holds released: history before upper - 1 may be compacted
         list(pool.map(release, rt.stateful_nodes(chosen, unmaintained)))
     report.views = {v: interval.written.get(rt.flow.views[v].id, 0) for v in chosen}
@@ -252,13 +257,15 @@ class Interval:
         lower: int,
         upper: int,
         recomputed: Collection[str] = (),
-        driver_lookups: bool = False,
+        driver_rows: bool = False,
     ) -> None:
         self.rt = runtime
         self.lower = lower
         self.upper = upper
         self.recomputed = recomputed
-        self.driver_lookups = driver_lookups
+        self.driver_rows = driver_rows
+        """The current layer's rows pass through the driver (``Sizing.driver_rows``):
+        a small interval, or a layer of a large one that reads few records."""
         self._deltas: dict[str, DataFrame] = {}
         self._touched: dict[str, list[int]] = {}
         self._unchanged: dict[str, bool] = {}
@@ -269,6 +276,25 @@ class Interval:
         if node.id not in self._deltas:
             self._deltas[node.id] = self._compute(node)
         return self._deltas[node.id]
+
+    def layer_sizing(self, layer: Sequence[n.Node], sizing: Sizing) -> Sizing:
+        """How a layer of an interval sized ``sizing`` runs: a large interval's layer
+        runs as a small one when its traces read few records, as the logs of the
+        traces below count those they hold from ``lower`` on (a load's aggregates
+        over the groups of millions of rows); sources read their own. A recomputed
+        view reads its sources whole, and stays large."""
+        if sizing.driver_rows or any(self._recomputed(x) for x in layer):
+            return sizing
+        start = Antichain.from_epoch(self.lower)
+        read = {
+            x.id: x
+            for node in layer
+            for x in ([node] if isinstance(node, n.Source) else traces_read(node))
+        }
+        return for_records(sum(self.rt.trace(x).state.records_from(start) for x in read.values()))
+
+    def _recomputed(self, node: n.Node) -> bool:
+        return isinstance(node, n.View) and node.name in self.recomputed
 
     def plan(self, node: n.Node) -> Append | None:
         """The batch ``node``'s trace appends for the interval, planned; None when
@@ -316,7 +342,7 @@ class Interval:
         """Whether ``node``'s output surely has no changes in the interval because its
         inputs have none: true of arrangements, reductions, accumulations and
         incrementally kept views (a loop or a recomputed view is always computed)."""
-        if isinstance(node, n.View) and node.name in self.recomputed:
+        if self._recomputed(node):
             return False
         kinds = n.Arrange | n.View | n.Reduce | n.Accumulate
         return isinstance(node, kinds) and all(self.unchanged(i) for i in node.inputs)
@@ -375,7 +401,7 @@ class Interval:
         """The key hashes the ``probes``' changes in the interval touch, as ``target``
         hashes keys (None if unknown): read from the batches the probes appended, so
         a lookup reads only those keys' rows and costs no job to find them."""
-        if not self.driver_lookups or not probes:
+        if not self.driver_rows or not probes:
             return None
         touched: set[int] = set()
         for probe in probes:
@@ -478,7 +504,7 @@ class Interval:
         its own, ``__all``), the input a trace keyed as the reduction is, values
         Arrow compares as Spark does, and few enough rows."""
         arranged = node.inputs[0]
-        if node.kind != "min_max" or not node.key or not self.driver_lookups:
+        if node.kind != "min_max" or not node.key or not self.driver_rows:
             return None
         if self.upper - self.lower != 1:
             return None
@@ -511,7 +537,7 @@ class Interval:
 
     def _iterate(self, loop: n.Iterate, start: int) -> DataFrame:
         views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]
-        run = LoopRun(self.rt, loop, self.delta, views, self.driver_lookups)
+        run = LoopRun(self.rt, loop, self.delta, views, self.driver_rows)
         try:
             return run.run(start, self.upper)
         finally:

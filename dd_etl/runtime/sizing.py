@@ -21,6 +21,10 @@ the source records the run takes in, plus the sources a recomputed view reads in
 full. A source's new data is sized by Spark's estimate of its plan before it is
 taken in, and a view's sinks by the records of its trace, which bound both the
 rows a materialized table is rewritten with and the changes a feed appends.
+A layer of traces of a large interval is sized the same way, by the records its
+traces read, as the logs of the traces below count them once those are written:
+a load's aggregates over a few hundred groups run as a small layer, one Spark
+job, not a dozen.
 """
 
 from __future__ import annotations

@@ -29,12 +29,13 @@ def main(app_name: str, workload: Callable[[SparkSession], object]) -> None:
 
 
 def run_workload(
-    module: str, argument: str | Path, failpoint: str
+    module: str, argument: str | Path, failpoint: str, *more: str
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m module argument`` with ``failpoint`` armed (it kills itself there)."""
+    """Run ``python -m module argument [more…]`` with ``failpoint`` armed (it kills
+    itself there)."""
     env = {**os.environ, "DD_ETL_FAILPOINTS": failpoint, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", module, str(argument)],
+        [sys.executable, "-m", module, str(argument), *more],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
-from dd_etl.runtime import Runtime
+from dd_etl.runtime import Runtime, sizing
 from tests.support.child_process import main
 from tests.support.trips_and_zones import TRIPS, ZONES
 
@@ -49,4 +49,6 @@ def run(spark: SparkSession, warehouse: Path) -> Runtime:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:  # runs over more source records than this are large intervals
+        sizing.SMALL_INTERVAL_RECORDS = int(sys.argv[2])
     main("dd_etl-runtime-crash", lambda spark: run(spark, Path(sys.argv[1])))
