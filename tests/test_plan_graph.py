@@ -7,6 +7,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import (
+    batch_bound,
     dependants,
     keyed_by,
     keyed_leaves,
@@ -58,6 +59,26 @@ def test_a_node_reads_its_nearest_traces_through_untraced_nodes() -> None:
     both = n.Concat("c", (g["f"], g["r"]), SCHEMA)
     assert [x.id for x in traces_read(n.View("v3", (both,), SCHEMA, name="all"))] == ["s", "r"]
     assert traces_read(g["s"]) == []
+
+
+def test_a_batch_is_bounded_by_what_its_trace_reads_where_no_operator_multiplies_rows() -> None:
+    g = graph()
+    held = {"s": 10, "a": 7, "r": 3}
+
+    def records(x: n.Node) -> int:
+        return held[x.id]
+
+    assert batch_bound(g["a"], records, fresh=False) == 10  # an arrangement: its input
+    assert batch_bound(g["r"], records, fresh=True) == 7  # a key's row, nothing to retract
+    assert batch_bound(g["r"], records, fresh=False) == 14  # a retraction and an insertion
+    assert batch_bound(g["v2"], records, fresh=False) == 10  # through the filter
+    assert batch_bound(g["s"], records, fresh=False) is None  # a source reads nothing
+    joined = n.Join(
+        "j", (g["a"], g["a"]), SCHEMA, left_key=("k",), right_key=("k",), right_columns=("v",)
+    )
+    assert batch_bound(n.View("vj", (joined,), SCHEMA, name="j"), records, fresh=False) is None
+    top = n.Reduce("t", (g["a"],), SCHEMA, key=("k",), kind="top_k", limit=2)
+    assert batch_bound(top, records, fresh=True) is None  # more than a row per key
 
 
 def test_trace_keys() -> None:

@@ -4,7 +4,7 @@ computed, and what a trace is keyed by. No Spark, no storage."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from dd_etl.plan import nodes as n
 
@@ -58,6 +58,41 @@ def traces_read(node: n.Node) -> list[n.Node]:
 
     visit(node)
     return list(found.values())
+
+
+ONE_ROW_PER_KEY = frozenset({"distinct", "count", "min", "max", "min_max", "collapse"})
+"""Reductions whose output holds at most one row per key."""
+
+
+def batch_bound(node: n.Node, records: Callable[[n.Node], int], fresh: bool) -> int | None:
+    """At most how many updates ``node``'s trace appends for an interval, given the
+    ``records`` the traces it reads hold in it, or None when that says nothing.
+    An arrangement or a view appends what it reads; a reduction of one row per key
+    at most one update per key it reads a change of, two (retraction and
+    insertion) unless its trace is ``fresh``, empty before the interval. Bounds
+    pass operators that never emit more rows than they read (projections,
+    filters, unions), not joins."""
+    if isinstance(node, n.Arrange | n.View):
+        factor = 1
+    elif isinstance(node, n.Accumulate) or (
+        isinstance(node, n.Reduce) and node.kind in ONE_ROW_PER_KEY
+    ):
+        factor = 1 if fresh else 2
+    else:
+        return None
+
+    def read(x: n.Node) -> int | None:
+        if x.trace_name is not None:
+            return records(x)
+        if not isinstance(x, n.Select | n.Filter | n.Negate | n.Consolidate | n.Concat):
+            return None
+        parts = [read(i) for i in x.inputs]
+        return None if None in parts else sum(p for p in parts if p is not None)
+
+    parts = [read(i) for i in node.inputs]
+    if not parts or None in parts:
+        return None
+    return factor * sum(p for p in parts if p is not None)
 
 
 def layers(nodes: Sequence[n.Node]) -> list[list[n.Node]]:

@@ -53,7 +53,7 @@ from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import LOW, delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.graph import dependants, keyed_by, keyed_leaves, traces_read
+from dd_etl.plan.graph import batch_bound, dependants, keyed_by, keyed_leaves, traces_read
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SPARK, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
@@ -293,6 +293,18 @@ class Interval:
         }
         return for_records(sum(self.rt.trace(x).state.records_from(start) for x in read.values()))
 
+    def _batch_bound(self, node: n.Node) -> int | None:
+        """What the trace logs bound ``node``'s batch by (``batch_bound``), so that
+        writing it needs no count: a batch of a million updates at most is
+        computed into the driver by one job. A recomputed view reads its sources
+        whole."""
+        if self._recomputed(node):
+            return None
+        start = Antichain.from_epoch(self.lower)
+        fresh = self.rt.trace(node).state.records == 0
+        bound = batch_bound(node, lambda x: self.rt.trace(x).state.records_from(start), fresh)
+        return bound or None  # 0 would skip the write: inputs without changes never get here
+
     def _recomputed(self, node: n.Node) -> bool:
         return isinstance(node, n.View) and node.name in self.recomputed
 
@@ -318,9 +330,11 @@ class Interval:
             # nothing in, nothing out: an empty batch, committed without a Spark job
             empty = self.rt.flow.empty_updates(node.schema)
             appended = trace.compare_and_append(empty, lower, upper, at_most=0)
+        elif collected is not None:
+            appended = trace.compare_and_append(collected, lower, upper)
         else:
-            batch = planned.changes if collected is None else collected
-            appended = trace.compare_and_append(batch, lower, upper)
+            bound = self._batch_bound(node)
+            appended = trace.compare_and_append(planned.changes, lower, upper, at_most=bound)
         if appended:
             # the new batch, unless back-pressure already merged it away
             self.written[node.id] = sum(

@@ -49,9 +49,10 @@ of stored bytes for a scan: 1 M rows of eleven columns it put at 21 MB were 69 M
 in Arrow."""
 
 DRIVER_WRITTEN_RECORDS = 4 * spark_files.ROWS_PER_FILE
-"""A batch of unknown size is collected and written by the driver up to this many
-records. The collect computes the whole batch before the driver sees a row, so a
-limit the batch passes is Spark's work thrown away (then done again by a write)."""
+"""A batch of unknown size, or bounded by at most this many records, is collected
+and written by the driver up to this many. The collect computes the whole batch
+before the driver sees a row, so a limit the batch passes is Spark's work thrown
+away (then done again by a write)."""
 
 PRUNING_MIN_FILES = 4
 """Below this many files a key lookup reads them all rather than prune."""
@@ -110,12 +111,14 @@ class DeltaStorage:
         if isinstance(updates, CollectedBatch):
             return self._write_collected(state, batch_dir(batch_id), updates.rows)
         stored = spark_files.to_stored(state, updates)
-        if at_most is None and (
-            self.one_task_writes or spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES
+        if at_most is not None and at_most > DRIVER_WRITTEN_RECORDS:
+            return self._write(state, batch_id, stored, at_most)  # Spark's, sized by the bound
+        if (
+            at_most is not None
+            or self.one_task_writes
+            or spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES
         ):
-            return self._write(state, batch_id, stored, None)  # one job, no count
-        if at_most is not None:  # one job; the footers count the records
-            return self._write(state, batch_id, stored, at_most)
+            return self._write(state, batch_id, stored, None)  # one job, into the driver
         stored = stored.persist()
         try:
             with phase(SPARK):
