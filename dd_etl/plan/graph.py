@@ -86,13 +86,14 @@ def batch_bound(node: n.Node, records: Callable[[n.Node], int], fresh: bool) -> 
             return records(x)
         if not isinstance(x, n.Select | n.Filter | n.Negate | n.Consolidate | n.Concat):
             return None
-        parts = [read(i) for i in x.inputs]
-        return None if None in parts else sum(p for p in parts if p is not None)
+        return _total([read(i) for i in x.inputs])
 
-    parts = [read(i) for i in node.inputs]
-    if not parts or None in parts:
-        return None
-    return factor * sum(p for p in parts if p is not None)
+    total = _total([read(i) for i in node.inputs])
+    return None if total is None else factor * total
+
+
+def _total(parts: Sequence[int | None]) -> int | None:
+    return None if not parts or None in parts else sum(p or 0 for p in parts)
 
 
 def layers(nodes: Sequence[n.Node]) -> list[list[n.Node]]:

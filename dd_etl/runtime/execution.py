@@ -285,13 +285,12 @@ class Interval:
         view reads its sources whole, and stays large."""
         if sizing.driver_rows or any(self._recomputed(x) for x in layer):
             return sizing
-        start = Antichain.from_epoch(self.lower)
         read = {
             x.id: x
             for node in layer
             for x in ([node] if isinstance(node, n.Source) else traces_read(node))
         }
-        return for_records(sum(self.rt.trace(x).state.records_from(start) for x in read.values()))
+        return for_records(sum(self._records_in(x) for x in read.values()))
 
     def _batch_bound(self, node: n.Node) -> int | None:
         """What the trace logs bound ``node``'s batch by (``batch_bound``), so that
@@ -300,10 +299,15 @@ class Interval:
         whole."""
         if self._recomputed(node):
             return None
-        start = Antichain.from_epoch(self.lower)
         fresh = self.rt.trace(node).state.records == 0
-        bound = batch_bound(node, lambda x: self.rt.trace(x).state.records_from(start), fresh)
+        bound = batch_bound(node, self._records_in, fresh)
         return bound or None  # 0 would skip the write: inputs without changes never get here
+
+    def _records_in(self, node: n.Node) -> int:
+        """The records ``node``'s trace holds from ``lower`` on, as its log counts
+        them (a merged batch straddling ``lower`` whole): its changes in the
+        interval, or more."""
+        return self.rt.trace(node).state.records_from(Antichain.from_epoch(self.lower))
 
     def _recomputed(self, node: n.Node) -> bool:
         return isinstance(node, n.View) and node.name in self.recomputed

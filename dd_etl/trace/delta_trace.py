@@ -89,7 +89,9 @@ class DeltaStorage:
         more is written by one Spark task sorted by key hash and split into files by
         record count (the files still cover consecutive hash ranges). Right for the
         small intervals of incremental runs; in large ones only batches Spark
-        estimates small are, the others are counted to be written by many tasks."""
+        estimates small, or bounded by ``DRIVER_WRITTEN_RECORDS``, go to the
+        driver, and the others are counted (or sized by their bound) to be written
+        by many tasks."""
 
     def load(self) -> Snapshot:
         with phase(DELTA_LOG):
