@@ -9,6 +9,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -409,12 +410,9 @@ def test_a_batch_of_unknown_size_is_written_by_the_driver_in_slices_of_the_hash_
         F.lit(0).cast("long").alias(TIME),
         F.lit(1).cast("long").alias(DIFF),
     )
-    spark.sparkContext.setJobGroup("unknown-size-append", "a test's append")
-    try:
-        trace.compare_and_append(updates, e(0), e(1))
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup("unknown-size-append")) == 1
+    assert (
+        jobs_of(spark, "unknown-size", lambda: trace.compare_and_append(updates, e(0), e(1))) == 1
+    )
     files = trace.files()
     assert [f.records for f in files] == [4, 4, 3]
     assert {
@@ -426,3 +424,34 @@ def test_a_batch_of_unknown_size_is_written_by_the_driver_in_slices_of_the_hash_
     )
     assert None not in bounds
     assert contents(trace.read_at()) == {(k, f"v{k}"): 1 for k in range(11)}
+
+
+def test_a_batch_the_caller_bounds_is_written_by_the_driver_without_a_count(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark cannot estimate rows made from Python: unbounded, such a batch is
+    counted before it is written; bounded by the caller (a run, from its trace
+    logs), the one job that computes it brings it to the driver."""
+    rows = [((k, "x"), (0,), 1) for k in range(6)]
+    counted, bounded = new_trace(spark, tmp_path / "c"), new_trace(spark, tmp_path / "b")
+
+    def unbounded_append() -> None:
+        counted.compare_and_append(frame(spark, rows), e(0), e(1))
+
+    def bounded_append() -> None:
+        bounded.compare_and_append(frame(spark, rows), e(0), e(1), at_most=6)
+
+    assert jobs_of(spark, "counted", unbounded_append) > 1
+    assert jobs_of(spark, "bounded", bounded_append) == 1
+    expected = {(k, "x"): 1 for k in range(6)}
+    assert contents(bounded.read_at()) == contents(counted.read_at()) == expected
+
+
+def jobs_of(spark: SparkSession, group: str, work: Callable[[], object]) -> int:
+    """The Spark jobs ``work`` launches."""
+    spark.sparkContext.setJobGroup(group, "a test's work")
+    try:
+        work()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))

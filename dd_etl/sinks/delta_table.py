@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.failpoints import failpoint
 from dd_etl.profiling import SPARK, phase
-from dd_etl.trace.arrow_files import collect_each
+from dd_etl.trace.arrow_files import collect_each, write_files
 from dd_etl.trace.spark_files import ROWS_PER_FILE
 
 EPOCH_META = "dd_etl.epoch"
@@ -88,9 +88,7 @@ class SinkTable:
     def _write(self, rows: DataFrame | pa.Table, directory: str) -> list[AddAction]:
         target = Path(self.uri) / directory
         if isinstance(rows, pa.Table):
-            if rows.num_rows:
-                target.mkdir(parents=True)
-                pq.write_table(rows, target / "part-00000.parquet")
+            write_files(self.uri, directory, rows, ROWS_PER_FILE)  # the attempt's own directory
         else:
             rows.coalesce(1).write.mode("errorifexists").parquet(str(target))
         now = int(time.time() * 1000)

@@ -166,8 +166,9 @@ def _slot(k: int) -> str:
 
 
 def write_files(root: str, directory: str, table: pa.Table, rows_per_file: int) -> None:
-    """Write ``table`` (sorted by key hash) as the files of ``root/directory``, each
-    a consecutive slice of at most ``rows_per_file`` rows (none if empty)."""
+    """Write ``table`` as the files of ``root/directory``, each a consecutive slice
+    of at most ``rows_per_file`` rows (none if empty): for a batch sorted by key
+    hash, files of consecutive hash ranges."""
     if table.num_rows == 0:
         return
     target = Path(root) / directory
