@@ -151,6 +151,37 @@ def test_appending_an_interval_twice_is_a_noop_and_gaps_are_conflicts(
         trace.read_at((0,))  # nobody held epoch 0, so it was free to compact
 
 
+def test_a_reload_reads_the_log_only_after_another_writers_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = tmp_path / "t"
+    mine = new_trace(spark, uri)
+    assert mine.compare_and_append(frame(spark, [((1, "x"), (0,), 1)]), e(0), e(1))
+    known = mine.snapshot
+    mine.reload()
+    assert mine.snapshot is known  # its own commit is the latest: nothing to read
+    other = DeltaTrace(spark, str(uri), rows_per_file=4)
+    assert other.compare_and_append(frame(spark, [((2, "y"), (1,), 1)]), e(1), e(2))
+    assert mine.reload().upper == e(2)
+    assert mine.snapshot is not known
+    assert contents(mine.read_at()) == {(1, "x"): 1, (2, "y"): 1}
+
+
+def test_an_append_moves_holds_in_its_own_commit(spark: SparkSession, tmp_path: Path) -> None:
+    trace = new_trace(spark, tmp_path / "t")
+    trace.register_reader("r", e(0), e(0))
+    version = trace.snapshot.version
+    batch = frame(spark, [((1, "x"), (0,), 1)])
+    assert trace.compare_and_append(
+        batch, e(0), e(1), holds=lambda s: s.downgrade_reader("r", e(1), e(1))
+    )
+    assert trace.snapshot.version == version + 1
+    stored = DeltaTrace(spark, str(tmp_path / "t")).state
+    assert stored.upper == e(1)
+    assert stored.hold_map["r"].logical == e(1)
+    assert stored.hold_map["r"].physical == e(1)
+
+
 def test_racing_writers_never_duplicate_or_lose_an_interval(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from dd_etl.trace.open_tables import OpenTables
+from dd_etl.trace.open_tables import OpenTables, commit_stamp, latest_at
 
 
 def _rows(*values: int) -> pa.Table:
@@ -60,6 +60,37 @@ def test_a_commit_uses_the_kept_table_only_at_its_version(tmp_path: Path) -> Non
         assert after.version() == 1
         assert _values(after) == [1, 2]
     assert opened == [uri]
+
+
+def test_a_commit_after_others_brings_the_kept_table_along_without_opening_it(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _rows(1))
+    opened: list[str] = []
+    tables = _opener(opened)
+    with tables.latest(uri) as table:
+        pass
+    write_deltalake(uri, _rows(2), mode="append")  # a commit the kept table did not follow
+    with tables.at(uri, 1) as kept:
+        assert kept is table
+        assert kept.version() == 1
+        assert _values(kept) == [1, 2]
+    assert opened == [uri]
+
+
+def test_the_latest_version_is_told_by_its_commit_file(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _rows(1))
+    stamp = commit_stamp(uri, 0)
+    assert stamp is not None
+    assert latest_at(uri, 0, stamp)
+    write_deltalake(uri, _rows(2), mode="append")
+    assert not latest_at(uri, 0, stamp)  # a commit followed
+    shutil.rmtree(uri)  # dropped and created again at the same version
+    write_deltalake(uri, _rows(3, 4))
+    assert not latest_at(uri, 0, stamp)
+    assert not latest_at("s3://bucket/t", 0, stamp)  # only local logs can be told
 
 
 def test_a_table_created_again_is_opened_afresh(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
+from dd_etl.lattice import Antichain
 from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
@@ -23,6 +25,7 @@ from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
 from dd_etl.runtime.execution import LAYER_LABEL
+from dd_etl.runtime.runner import RUNTIME_READER
 from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace
 
 pytestmark = pytest.mark.spark
@@ -151,6 +154,30 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
     assert "6 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+
+
+def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: Path) -> None:
+    """A trace's log is read again only when another writer committed to it, and
+    an append also moves the holds the last run left behind: one Delta commit per
+    trace and run, where the runtime's holds were a commit of their own."""
+    rt = build(spark, tmp_path / "warehouse")
+    load(spark, rt, 60)
+    rt.run()
+    change(spark, rt, 1)
+    nodes = rt.stateful_nodes()
+
+    def versions() -> dict[str, int]:
+        return {str(x.trace_name): DeltaTable(rt.trace(x).uri).version() for x in nodes}
+
+    before = versions()
+    rt.run()
+    after = versions()
+    assert {t: after[t] - before[t] for t in before} == dict.fromkeys(before, 1)
+    # the sources, appended by no run, are released at its end; the others hold
+    # where this run read their history, until the next run's appends
+    holds = {str(x.trace_name): rt.trace(x).state.hold_map[RUNTIME_READER].logical for x in nodes}
+    sources = {str(x.trace_name) for x in nodes if isinstance(x, n.Source)}
+    assert holds == {t: Antichain.from_epoch(1 if t in sources else 0) for t in holds}
 
 
 def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_path: Path) -> None:

@@ -15,7 +15,9 @@
    into the driver (``collect_batches``), in a large one each trace's append is a job of its
    own; each trace appends with its own compare-and-append, then reads the
    interval back from the committed files;
-5. move the runtime's holds on every trace to ``upper - 1``.
+5. move the runtime's holds on the traces no append of this run committed to
+   ``upper - 1`` (the sources, mostly): an append moved the others' holds to
+   ``lower - 1`` in its own commit, and the next run's append moves them on.
 
 Every node that keeps a trace appends its changes before anything downstream
 reads them, so downstream operators consume committed data and nothing is
@@ -169,8 +171,14 @@ def _execute(
                         failpoint("layer.collected")
                     list(pool.map(append, zip(appends, batches, strict=True)))
                 list(pool.map(bring, layer))
-        # 5. holds released: history before upper - 1 may be compacted
-        list(pool.map(release, rt.stateful_nodes(chosen, unmaintained)))
+        # 5. holds released where no append of this run moved them: history before
+        # upper - 1 may be compacted
+        unreleased = [
+            x
+            for x in rt.stateful_nodes(chosen, unmaintained)
+            if x.id not in interval.released or isinstance(x, n.Iterate)
+        ]
+        list(pool.map(release, unreleased))
     report.views = {v: interval.written.get(rt.flow.views[v].id, 0) for v in chosen}
     report.rounds = interval.rounds
     return report
@@ -270,6 +278,7 @@ class Interval:
         self._touched: dict[str, list[int]] = {}
         self._unchanged: dict[str, bool] = {}
         self.written: dict[str, int] = {}  # records appended per node by this run
+        self.released: set[str] = set()  # nodes whose append moved the runtime's holds
         self.rounds: list[Round] = []
 
     def delta(self, node: n.Node) -> DataFrame:
@@ -328,17 +337,26 @@ class Interval:
         return Append(node, trace, lower, upper, compute().where(f"{quote(TIME)} >= {start}"))
 
     def append(self, planned: Append, collected: CollectedBatch | None = None) -> None:
-        """Append a planned batch, computed already when ``collected`` is given."""
+        """Append a planned batch, computed already when ``collected`` is given.
+
+        The commit also moves the runtime's holds to ``lower - 1``, where the last
+        run left history readable: what its own end would have released with a
+        commit of its own. This run reads the trace as of ``lower - 1`` from here on."""
         node, trace, lower, upper = planned.node, planned.trace, planned.lower, planned.upper
+        holds = self.rt.released(node, self.lower - 1) if self.lower > 0 else None
         if planned.changes is None:
             # nothing in, nothing out: an empty batch, committed without a Spark job
             empty = self.rt.flow.empty_updates(node.schema)
-            appended = trace.compare_and_append(empty, lower, upper, at_most=0)
+            appended = trace.compare_and_append(empty, lower, upper, at_most=0, holds=holds)
         elif collected is not None:
-            appended = trace.compare_and_append(collected, lower, upper)
+            appended = trace.compare_and_append(collected, lower, upper, holds=holds)
         else:
             bound = self._batch_bound(node)
-            appended = trace.compare_and_append(planned.changes, lower, upper, at_most=bound)
+            appended = trace.compare_and_append(
+                planned.changes, lower, upper, at_most=bound, holds=holds
+            )
+        if appended and holds is not None:
+            self.released.add(node.id)
         if appended:
             # the new batch, unless back-pressure already merged it away
             self.written[node.id] = sum(

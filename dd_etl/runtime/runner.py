@@ -33,6 +33,7 @@ from dd_etl.runtime.sizing import LARGE, Sizing, applied
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
+from dd_etl.trace.state import TraceState
 
 log = logging.getLogger(__name__)
 
@@ -272,18 +273,31 @@ class Runtime:
     def release(self, node: n.Node, upper: int) -> None:
         """Move this runtime's holds to ``upper - 1``: the next run reads only history
         before ``upper``."""
-        trace = self.trace(node)
-        hold = Antichain.from_epoch(upper - 1)
-        trace.downgrade_reader(RUNTIME_READER, hold, hold)
+        self.trace(node).move_holds(self.released(node, upper - 1))
         if isinstance(node, n.Iterate):
             for inner in inner_traces(node):
                 history = self.loop_trace(node, inner)
                 inner_hold = Antichain.of((upper - 1,) + (0,) * (history.state.dims - 1))
                 history.downgrade_reader(RUNTIME_READER, inner_hold, inner_hold)
-        if isinstance(node, n.View) and self.retain_epochs is not None:
-            keep = Antichain.from_epoch(max(0, upper - 1 - self.retain_epochs))
-            current = trace.state.hold_map[RETENTION_READER].logical
-            trace.downgrade_reader(RETENTION_READER, current.join(keep))
+
+    def released(self, node: n.Node, through: int) -> Callable[[TraceState], TraceState]:
+        """This runtime's holds on ``node``'s own trace moved forward to epoch
+        ``through`` (never back): history before it is no longer read, and a view's
+        past epochs are kept ``retain_epochs`` back from it."""
+        hold = Antichain.from_epoch(through)
+        keep = Antichain.from_epoch(max(0, through - (self.retain_epochs or 0)))
+
+        def release(state: TraceState) -> TraceState:
+            current = state.hold_map[RUNTIME_READER]
+            state = state.downgrade_reader(
+                RUNTIME_READER, current.logical.join(hold), current.physical.join(hold)
+            )
+            if isinstance(node, n.View) and self.retain_epochs is not None:
+                retained = state.hold_map[RETENTION_READER].logical
+                state = state.downgrade_reader(RETENTION_READER, retained.join(keep))
+            return state
+
+        return release
 
     # ---------------------------------------------------------------- reading
 

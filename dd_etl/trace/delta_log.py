@@ -26,7 +26,7 @@ from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.file_stats import make_stats
-from dd_etl.trace.open_tables import OpenTables
+from dd_etl.trace.open_tables import OpenTables, commit_stamp, latest_at
 from dd_etl.trace.state import TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
 
@@ -81,10 +81,20 @@ def latest_state(table: DeltaTable) -> tuple[int, TraceState]:
         limit *= 8
 
 
-def load(uri: str) -> Snapshot:
+def load(uri: str, known: Snapshot | None = None) -> Snapshot:
+    """The trace at its latest version; ``known`` itself while no commit followed
+    it (two ``stat`` calls, where reading the log costs milliseconds)."""
+    if known is not None and known.stamp is not None and latest_at(uri, known.version, known.stamp):
+        return known
     with _opened.latest(uri) as table:
         state = read_state(table)
-        return Snapshot(table.version(), state, files_by_batch(table, state.dims))
+        version = table.version()
+        return Snapshot(version, state, files_by_batch(table, state.dims), stamp(uri, version))
+
+
+def stamp(uri: str, version: int) -> tuple[int, int] | None:
+    """The mark of ``version``'s commit as stored now (``open_tables.commit_stamp``)."""
+    return commit_stamp(uri, version)
 
 
 def files_by_batch(table: DeltaTable, dims: int) -> dict[str, list[DataFile]]:

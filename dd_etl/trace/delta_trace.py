@@ -93,9 +93,12 @@ class DeltaStorage:
         driver, and the others are counted (or sized by their bound) to be written
         by many tasks."""
 
-    def load(self) -> Snapshot:
+    def load(self, known: Snapshot | None = None) -> Snapshot:
         with phase(DELTA_LOG):
-            return delta_log.load(self.uri)
+            return delta_log.load(self.uri, known)
+
+    def stamp(self, version: int) -> object:
+        return delta_log.stamp(self.uri, version)
 
     def commit(self, expected_version: int, commit: Commit) -> int:
         with phase(DELTA_LOG):

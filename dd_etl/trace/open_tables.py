@@ -59,10 +59,18 @@ class OpenTables:
 
     @contextmanager
     def at(self, uri: str, version: int) -> Iterator[DeltaTable | None]:
-        """The kept table if it is at ``version`` (None otherwise), for the block's
-        use only: a commit on it moves it on, and the next use updates it."""
+        """The kept table brought to ``version`` (None if it cannot be), for the
+        block's use only: a commit on it moves the log on, and the next use brings
+        the table along, reading only the commits since (a table does not follow its
+        own commits)."""
         with self._lock(uri):
             kept = self._reused(uri)
+            if kept is not None and kept.table.version() < version:
+                try:
+                    kept.table.load_as_version(version)
+                    self._keep(uri, kept.table)
+                except Exception:  # any doubt: the caller opens it afresh
+                    kept = None
             yield kept.table if kept is not None and kept.table.version() == version else None
 
     def _lock(self, uri: str) -> threading.Lock:
@@ -72,13 +80,13 @@ class OpenTables:
     def _reused(self, uri: str) -> _Kept | None:
         with self._guard:
             kept = self._kept.get(uri)
-        if kept is None or _stamp(uri, kept.version) != kept.stamp:
+        if kept is None or commit_stamp(uri, kept.version) != kept.stamp:
             return None
         return kept
 
     def _keep(self, uri: str, table: DeltaTable) -> None:
         version = table.version()
-        stamp = _stamp(uri, version)
+        stamp = commit_stamp(uri, version)
         with self._guard:
             if stamp is None:
                 self._kept.pop(uri, None)
@@ -89,14 +97,33 @@ class OpenTables:
                 self._kept.popitem(last=False)
 
 
-def _stamp(uri: str, version: int) -> tuple[int, int] | None:
+def commit_stamp(uri: str, version: int) -> tuple[int, int] | None:
     """The size and modification time of the commit file of ``version``; None for a
     table not on the local file system, or without that file."""
-    if "://" in uri and not uri.startswith("file://"):
+    path = _commit_file(uri, version)
+    if path is None:
         return None
-    root = Path(uri.removeprefix("file://"))
     try:
-        stat = os.stat(root / "_delta_log" / f"{version:020d}.json")
+        stat = os.stat(path)
     except OSError:
         return None
     return stat.st_size, stat.st_mtime_ns
+
+
+def latest_at(uri: str, version: int, stamp: object) -> bool:
+    """Whether the table's latest version is still ``version`` as ``stamp`` saw its
+    commit: that file unchanged (not a table dropped and made again) and no commit
+    after it. Commit files are created whole, never rewritten in place."""
+    following = _commit_file(uri, version + 1)
+    return (
+        following is not None
+        and commit_stamp(uri, version) == stamp
+        and not os.path.exists(following)
+    )
+
+
+def _commit_file(uri: str, version: int) -> Path | None:
+    """Where the commit of ``version`` is kept, for a table on the local file system."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    return Path(uri.removeprefix("file://")) / "_delta_log" / f"{version:020d}.json"

@@ -41,8 +41,10 @@ class Snapshot:
     version: int
     state: TraceState
     files: dict[str, list[DataFile]] = field(default_factory=dict)  # batch id -> files
+    stamp: object = None
+    """The store's mark of ``version`` as this snapshot saw it (``Storage.stamp``)."""
 
-    def after(self, version: int, commit: Commit) -> Snapshot:
+    def after(self, version: int, commit: Commit, stamp: object = None) -> Snapshot:
         """The snapshot our own ``commit`` produced, without reading it back."""
         removed = {f.path for f in commit.remove}
         files: dict[str, list[DataFile]] = {}
@@ -54,11 +56,20 @@ class Snapshot:
             files.setdefault(batch_id_of_path(f.path), []).append(f)
         for batch_files in files.values():
             batch_files.sort(key=lambda f: f.path)
-        return Snapshot(version, commit.state, files)
+        return Snapshot(version, commit.state, files, stamp)
 
 
 class Storage(Protocol[U_contra]):
-    def load(self) -> Snapshot: ...
+    def load(self, known: Snapshot | None = None) -> Snapshot:
+        """The stored trace at its latest version: ``known`` itself when its stamp
+        shows that nothing was committed since (a trace is read again before each
+        of its commits, and most often nothing else wrote to it)."""
+        ...
+
+    def stamp(self, version: int) -> object:
+        """What tells a later ``load`` that ``version`` is still the latest, as
+        stored now (None: the store cannot tell, and loads in full)."""
+        ...
 
     def commit(self, expected_version: int, commit: Commit) -> int:
         """Atomically store ``commit`` as the version after ``expected_version``.

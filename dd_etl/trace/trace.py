@@ -54,7 +54,7 @@ class Trace(Generic[U]):
         return self.state.name
 
     def reload(self) -> TraceState:
-        self.snapshot = self.storage.load()
+        self.snapshot = self.storage.load(self.snapshot)
         return self.state
 
     def files(self, batch_ids: Sequence[str] | None = None) -> list[DataFile]:
@@ -78,7 +78,7 @@ class Trace(Generic[U]):
             except StaleVersion:
                 self.reload()
                 continue
-            self.snapshot = self.snapshot.after(version, commit)
+            self.snapshot = self.snapshot.after(version, commit, self.storage.stamp(version))
             return True
         raise CommitConflict(
             f"trace {self.name!r}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits"
@@ -100,10 +100,13 @@ class Trace(Generic[U]):
         upper: Antichain,
         meta: Mapping[str, str] | None = None,
         at_most: int | None = None,
+        holds: Callable[[TraceState], TraceState] | None = None,
     ) -> bool:
         """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``,
         recording ``meta`` in the same commit. ``at_most`` bounds the number of
         updates when the caller knows it, so the storage need not count them.
+        ``holds`` moves readers' holds forward in the same commit, where a commit
+        of their own would cost as much as the append's.
 
         A no-op returning False when the trace already reached ``upper`` (the
         interval was appended before, e.g. by a run that crashed after committing).
@@ -124,6 +127,8 @@ class Trace(Generic[U]):
             new = s.append(batch_id, description, records, meta)
             if new is s:
                 return None
+            if holds is not None:
+                new = holds(new)
             return Commit(
                 new, add=tuple(files), txn_version=upper.epoch_bound(), operation="append"
             )
@@ -139,6 +144,10 @@ class Trace(Generic[U]):
         return True
 
     # ---------------------------------------------------------------- holds
+
+    def move_holds(self, holds: Callable[[TraceState], TraceState]) -> None:
+        """Commit ``holds``, a change of the readers' holds (``downgrade_reader``s)."""
+        self._apply_state(holds)
 
     def annotate(self, meta: Mapping[str, str]) -> None:
         self._apply_state(lambda s: s.annotate(meta))

@@ -56,12 +56,15 @@ class MemoryStorage:
         self.txns: dict[str, int] = {}
         self._files_written = 0
 
-    def load(self) -> Snapshot:
+    def load(self, known: Snapshot | None = None) -> Snapshot:
         state, paths = self.versions[-1]
         files: dict[str, list[DataFile]] = defaultdict(list)
         for p in sorted(paths):
             files[batch_id_of_path(p)].append(self.stats[p])
         return Snapshot(len(self.versions) - 1, state, dict(files))
+
+    def stamp(self, version: int) -> object:
+        return None
 
     def commit(self, expected_version: int, commit: Commit) -> int:
         if expected_version != len(self.versions) - 1:
