@@ -40,7 +40,7 @@ from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.local_relations import local_relation
 from dd_etl.sql_text import quote
-from dd_etl.trace import spark_files
+from dd_etl.trace import file_cache, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.state import TraceState
@@ -55,7 +55,7 @@ def key_hashes(root: str, files: Sequence[DataFile], since: Time) -> list[int]:
     hashes: set[int] = set()
     times = time_columns(len(since))
     for file in files:
-        table = pq.read_table(Path(root) / file.path, columns=[KEY_HASH, *times])
+        table = file_cache.files.read(Path(root) / file.path, [KEY_HASH, *times])
         keep = _at_or_after(table, times, since)
         hashes.update(table.column(KEY_HASH).filter(keep).to_pylist())
     return sorted(hashes)
@@ -91,7 +91,7 @@ def read_table(
     parts: list[pa.Table] = []
     kept = 0
     for file in files:
-        table = pq.read_table(Path(root) / file.path, columns=schema.fieldNames())
+        table = file_cache.files.read(Path(root) / file.path, schema.fieldNames())
         if wanted is not None:
             table = table.filter(pc.is_in(table.column(KEY_HASH), value_set=wanted))
         kept += table.num_rows
@@ -174,7 +174,12 @@ def write_files(root: str, directory: str, table: pa.Table, rows_per_file: int) 
     target = Path(root) / directory
     target.mkdir(parents=True, exist_ok=True)
     for n, start in enumerate(range(0, table.num_rows, rows_per_file)):
-        pq.write_table(table.slice(start, rows_per_file), target / f"part-{n:05d}.parquet")
+        path = target / f"part-{n:05d}.parquet"
+        pq.write_table(table.slice(start, rows_per_file), path)
+    if table.num_rows <= rows_per_file:
+        # read back right away, and by the readers' lookups (a slice of a larger
+        # table would keep all of it in memory)
+        file_cache.files.keep(target / "part-00000.parquet", table)
 
 
 def between(table: pa.Table, at: Time | None, since: Time | None) -> pa.Table:
