@@ -182,6 +182,21 @@ def test_an_append_moves_holds_in_its_own_commit(spark: SparkSession, tmp_path: 
     assert stored.hold_map["r"].physical == e(1)
 
 
+def test_distinct_updates_are_laid_out_without_summing(spark: SparkSession, tmp_path: Path) -> None:
+    trace = new_trace(spark, tmp_path / "t")
+    updates = frame(spark, [((k, "x"), (0,), 1 if k % 2 else -1) for k in range(6)])
+
+    def plan(distinct: bool) -> str:
+        return str(trace.batch_plan(updates, distinct)._jdf.queryExecution().executedPlan())
+
+    assert "Aggregate" in plan(False)
+    assert "Aggregate" not in plan(True)
+    summed, laid_out = (trace.batch_plan(updates, d).collect() for d in (False, True))
+    assert laid_out == summed  # the same rows in the same key-hash order
+    assert trace.compare_and_append(updates, e(0), e(1), distinct=True)
+    assert contents(trace.read_at()) == {(k, "x"): 1 if k % 2 else -1 for k in range(6)}
+
+
 def test_racing_writers_never_duplicate_or_lose_an_interval(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import (
     batch_bound,
     dependants,
+    distinct_updates,
     keyed_by,
     keyed_leaves,
     layers,
@@ -79,6 +80,20 @@ def test_a_batch_is_bounded_by_what_its_trace_reads_where_no_operator_multiplies
     assert batch_bound(n.View("vj", (joined,), SCHEMA, name="j"), records, fresh=False) is None
     top = n.Reduce("t", (g["a"],), SCHEMA, key=("k",), kind="top_k", limit=2)
     assert batch_bound(top, records, fresh=True) is None  # more than a row per key
+
+
+def test_a_trace_of_another_traces_updates_needs_no_consolidation() -> None:
+    g = graph()
+    assert distinct_updates(g["a"])  # the source's own updates, rearranged
+    assert distinct_updates(g["v1"])  # the reduction's
+    assert distinct_updates(g["v2"])  # filtered
+    negated = n.View("vn", (n.Negate("neg", (g["s"],), SCHEMA),), SCHEMA, name="neg")
+    assert distinct_updates(negated)
+    projected = n.Select("p", (g["s"],), SCHEMA, exprs=("k",))
+    assert not distinct_updates(n.Arrange("ap", (projected,), SCHEMA, key=("k",)))  # may collide
+    both = n.Concat("c", (g["s"], g["s"]), SCHEMA)
+    assert not distinct_updates(n.View("vc", (both,), SCHEMA, name="both"))  # equal rows twice
+    assert not distinct_updates(g["r"])  # a reduction's changes are computed, not read
 
 
 def test_trace_keys() -> None:

@@ -216,8 +216,8 @@ def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(
     plans: dict[str, str] = {}
     batch_plan = DeltaTrace.batch_plan
 
-    def recorded(trace: DeltaTrace, updates: DataFrame) -> DataFrame:
-        plan = batch_plan(trace, updates)
+    def recorded(trace: DeltaTrace, updates: DataFrame, distinct: bool = False) -> DataFrame:
+        plan = batch_plan(trace, updates, distinct)
         plans[trace.name] = plan._jdf.queryExecution().executedPlan().toString()
         return plan
 

@@ -92,6 +92,20 @@ def batch_bound(node: n.Node, records: Callable[[n.Node], int], fresh: bool) -> 
     return None if total is None else factor * total
 
 
+def distinct_updates(node: n.Node) -> bool:
+    """Whether no two of ``node``'s changes in an interval share data and time, so
+    that laying them out as a batch needs no consolidation: an arrangement or a
+    view of a trace's own updates (an interval's batches are consolidated and
+    disjoint in time), perhaps filtered or negated."""
+
+    def distinct(x: n.Node) -> bool:
+        if x.trace_name is not None:
+            return True
+        return isinstance(x, n.Filter | n.Negate) and distinct(x.inputs[0])
+
+    return isinstance(node, n.Arrange | n.View) and distinct(node.inputs[0])
+
+
 def _total(parts: Sequence[int | None]) -> int | None:
     return None if not parts or None in parts else sum(p or 0 for p in parts)
 

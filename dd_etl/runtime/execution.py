@@ -55,7 +55,14 @@ from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import LOW, delta_reduce
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
-from dd_etl.plan.graph import batch_bound, dependants, keyed_by, keyed_leaves, traces_read
+from dd_etl.plan.graph import (
+    batch_bound,
+    dependants,
+    distinct_updates,
+    keyed_by,
+    keyed_leaves,
+    traces_read,
+)
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SPARK, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
@@ -221,11 +228,13 @@ class Append:
     changes: DataFrame | None  # None: surely empty, its inputs have no changes
     stored: DataFrame | None = None  # the changes as the trace stores a batch, to collect
 
+    distinct: bool = False  # no two changes share data and time (``distinct_updates``)
+
     def to_collect(self) -> Append:
         """This append with its batch planned as one file, for ``collect_batches``."""
         if self.changes is None:
             return self
-        return replace(self, stored=self.trace.batch_plan(self.changes))
+        return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
 
 
 COLLECTED_PER_JOB = 8
@@ -334,7 +343,9 @@ class Interval:
         lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
         if self._unchanged_inputs(node):
             return Append(node, trace, lower, upper, None)
-        return Append(node, trace, lower, upper, compute().where(f"{quote(TIME)} >= {start}"))
+        changes = compute().where(f"{quote(TIME)} >= {start}")
+        distinct = not self._recomputed(node) and distinct_updates(node)
+        return Append(node, trace, lower, upper, changes, distinct=distinct)
 
     def append(self, planned: Append, collected: CollectedBatch | None = None) -> None:
         """Append a planned batch, computed already when ``collected`` is given.
@@ -353,7 +364,7 @@ class Interval:
         else:
             bound = self._batch_bound(node)
             appended = trace.compare_and_append(
-                planned.changes, lower, upper, at_most=bound, holds=holds
+                planned.changes, lower, upper, at_most=bound, holds=holds, distinct=planned.distinct
             )
         if appended and holds is not None:
             self.released.add(node.id)

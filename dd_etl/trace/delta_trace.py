@@ -110,48 +110,52 @@ class DeltaStorage:
         batch_id: str,
         updates: DataFrame | CollectedBatch,
         at_most: int | None = None,
+        distinct: bool = False,
     ) -> list[DataFile]:
         if at_most == 0:
             return []
         if isinstance(updates, CollectedBatch):
             return self._write_collected(state, batch_dir(batch_id), updates.rows)
+        directory = batch_dir(batch_id)
         stored = spark_files.to_stored(state, updates)
         if at_most is not None and at_most > DRIVER_WRITTEN_RECORDS:
-            return self._write(state, batch_id, stored, at_most)  # Spark's, sized by the bound
+            # Spark's, sized by the bound
+            return self._write_files(state, directory, stored, at_most, distinct)
         if (
             at_most is not None
             or self.one_task_writes
             or spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES
         ):
-            return self._write(state, batch_id, stored, None)  # one job, into the driver
+            return self._write_files(state, directory, stored, None, distinct)  # one job
         stored = stored.persist()
         try:
             with phase(SPARK):
                 records = stored.count()
-            return self._write(state, batch_id, stored, records) if records else []
+            return self._write_files(state, directory, stored, records, distinct) if records else []
         finally:
             stored.unpersist()
 
-    def _write(
-        self, state: TraceState, batch_id: str, stored: DataFrame, records: int | None
-    ) -> list[DataFile]:
-        return self._write_files(state, batch_dir(batch_id), stored, records)
-
     def _write_files(
-        self, state: TraceState, directory: str, stored: DataFrame, records: int | None
+        self,
+        state: TraceState,
+        directory: str,
+        stored: DataFrame,
+        records: int | None,
+        distinct: bool = False,
     ) -> list[DataFile]:
-        """Write ``stored`` (of about ``records`` records, if known) under ``directory``:
-        one file's worth, or up to ``DRIVER_WRITTEN_RECORDS`` of unknown size, is
-        collected and written by the driver, more by Spark."""
+        """Write ``stored`` (of about ``records`` records, if known; ``distinct`` ones
+        need no summing) under ``directory``: one file's worth, or up to
+        ``DRIVER_WRITTEN_RECORDS`` of unknown size, is collected and written by the
+        driver, more by Spark."""
         if records is None or records <= self.rows_per_file:
             at_most = self.rows_per_file if records is not None else DRIVER_WRITTEN_RECORDS
-            consolidated = spark_files.consolidate(stored, 1)
+            laid_out = spark_files.consolidate(stored, 1, distinct)
             with phase(SPARK):
-                [table] = arrow_files.collect_each([consolidated], [at_most])
+                [table] = arrow_files.collect_each([laid_out], [at_most])
             if table is not None:
                 return self._write_collected(state, directory, table)
         return spark_files.write_files(
-            self.spark, self.uri, directory, state, stored, records, self.rows_per_file
+            self.spark, self.uri, directory, state, stored, records, self.rows_per_file, distinct
         )
 
     def _write_collected(self, state: TraceState, directory: str, rows: pa.Table) -> list[DataFile]:
@@ -215,10 +219,11 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
         return cls(spark, uri, rows_per_file)
 
-    def batch_plan(self, updates: DataFrame) -> DataFrame:
+    def batch_plan(self, updates: DataFrame, distinct: bool = False) -> DataFrame:
         """``updates`` as one file of this trace holds them (one partition), to be
-        computed in the driver's hands and appended as a ``CollectedBatch``."""
-        return spark_files.consolidate(spark_files.to_stored(self.state, updates), 1)
+        computed in the driver's hands and appended as a ``CollectedBatch``;
+        ``distinct`` ones need no summing (``Storage.write_batch``)."""
+        return spark_files.consolidate(spark_files.to_stored(self.state, updates), 1, distinct)
 
     # --------------------------------------------------------------- reading
 

@@ -92,8 +92,11 @@ def estimated_bytes(df: DataFrame) -> int:
         return sys.maxsize
 
 
-def consolidate(df: DataFrame, partitions: int) -> DataFrame:
-    """Sum the diffs of equal rows, drop zeros, and lay rows out by key hash.
+def consolidate(df: DataFrame, partitions: int, distinct: bool = False) -> DataFrame:
+    """Sum the diffs of equal rows, drop zeros, and lay rows out by key hash; only
+    the layout for ``distinct`` rows, of which no two share data and time (and
+    none has a zero diff): summing a million distinct rows costs as much again as
+    sorting them.
 
     Range partitioning by key hash already co-locates equal rows, so the
     aggregation needs no second shuffle.
@@ -103,7 +106,7 @@ def consolidate(df: DataFrame, partitions: int) -> DataFrame:
     # One file needs no range boundaries and no shuffle: a single partition already
     # satisfies the aggregation's distribution.
     laid_out = df.coalesce(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
-    out = consolidated(laid_out, group).sortWithinPartitions(KEY_HASH)
+    out = (laid_out if distinct else consolidated(laid_out, group)).sortWithinPartitions(KEY_HASH)
     # the stored layout ends with the diff, as the aggregation leaves it
     return out if columns[-1] == DIFF else sql_text.columns(out, columns)
 
@@ -129,13 +132,14 @@ def write_files(
     df: DataFrame,
     records_hint: int | None,
     rows_per_file: int = ROWS_PER_FILE,
+    distinct: bool = False,
 ) -> list[DataFile]:
     """Consolidate ``df`` (stored layout) and write it under ``root/directory``:
     range-partitioned into files of about ``rows_per_file`` records when
     ``records_hint`` says how many there are, else by one task that starts a new
     file every ``rows_per_file`` records."""
     partitions = 1 if records_hint is None else max(1, math.ceil(records_hint / rows_per_file))
-    out = consolidate(df, partitions)
+    out = consolidate(df, partitions, distinct)
     target = os.path.join(root, directory)
     with phase(SPARK):
         writer = out.write.mode("errorifexists").option("maxRecordsPerFile", rows_per_file)

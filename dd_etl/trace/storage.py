@@ -79,13 +79,19 @@ class Storage(Protocol[U_contra]):
         ...
 
     def write_batch(
-        self, state: TraceState, batch_id: str, updates: U_contra, at_most: int | None = None
+        self,
+        state: TraceState,
+        batch_id: str,
+        updates: U_contra,
+        at_most: int | None = None,
+        distinct: bool = False,
     ) -> list[DataFile]:
         """Write updates as files of a new batch that no reader sees until committed.
 
         ``at_most`` is the caller's bound on the number of updates, when it knows
         one (it counted them anyway): the store then lays the files out without
         counting them again, and writes nothing at all for a bound of 0.
+        ``distinct``: no two updates share data and time, so none need summing.
         """
         ...
 

@@ -101,12 +101,14 @@ class Trace(Generic[U]):
         meta: Mapping[str, str] | None = None,
         at_most: int | None = None,
         holds: Callable[[TraceState], TraceState] | None = None,
+        distinct: bool = False,
     ) -> bool:
         """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``,
         recording ``meta`` in the same commit. ``at_most`` bounds the number of
         updates when the caller knows it, so the storage need not count them.
         ``holds`` moves readers' holds forward in the same commit, where a commit
-        of their own would cost as much as the append's.
+        of their own would cost as much as the append's. ``distinct``: no two
+        updates share data and time (``Storage.write_batch``).
 
         A no-op returning False when the trace already reached ``upper`` (the
         interval was appended before, e.g. by a run that crashed after committing).
@@ -118,7 +120,7 @@ class Trace(Generic[U]):
         if lower != state.upper:
             raise UpperMismatch(self.name, lower, state.upper)
         batch_id = new_batch_id()
-        files = self.storage.write_batch(state, batch_id, updates, at_most)
+        files = self.storage.write_batch(state, batch_id, updates, at_most, distinct)
         failpoint("append.files_written")
         records = sum(f.records for f in files)
         description = Description(lower, upper, Antichain.minimum(state.dims))

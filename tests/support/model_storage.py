@@ -105,9 +105,12 @@ class MemoryStorage:
         batch_id: str,
         updates: list[Update],
         at_most: int | None = None,
+        distinct: bool = False,
     ) -> list[DataFile]:
         # a caller's bound must hold: Delta storage trusts it and writes nothing for 0
         assert at_most is None or len(consolidate(updates)) <= at_most, "bound broken"
+        # and so must its word that no two updates share data and time
+        assert not distinct or len({(d, t) for d, t, _ in updates}) == len(updates), "not distinct"
         return self._write(batch_dir(batch_id), state, updates)
 
     def merge_slice(
