@@ -31,7 +31,7 @@ from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
 from dd_etl.sql_text import quote
-from dd_etl.trace import arrow_files, delta_log, spark_files
+from dd_etl.trace import arrow_files, delta_log, driver_merge, spark_files
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
@@ -165,15 +165,18 @@ class DeltaStorage:
     def merge_slice(
         self, state: TraceState, merge: Merge, inputs: Sequence[DataFile], hashes: HashRange
     ) -> list[DataFile]:
+        # one directory per attempt: a crashed attempt's files never mix with a retry's
+        attempt = uuid.uuid4().hex[:8]
+        directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}-{attempt}"
+        rows = driver_merge.merged(self.uri, state, inputs, hashes, merge.since)
+        if rows is not None:  # few records: no Spark job
+            return self._write_collected(state, directory, rows)
         df = spark_files.read_files(self.spark, self.uri, state, inputs)
         df = df.where(F.col(KEY_HASH) >= hashes.start)
         if hashes.end < HASH_SPACE >> 1:
             df = df.where(F.col(KEY_HASH) < hashes.end)
         df = spark_files.advance_times(df, state.dims, merge.since)
         estimate = sum(f.records for f in inputs)
-        # one directory per attempt: a crashed attempt's files never mix with a retry's
-        attempt = uuid.uuid4().hex[:8]
-        directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}-{attempt}"
         return self._write_files(state, directory, df, estimate)
 
     def discard(self, files: Sequence[DataFile]) -> None:
