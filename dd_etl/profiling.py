@@ -95,11 +95,23 @@ class Profiler:
         self._started = time.perf_counter()
         self._run_seconds: float | None = None
         self._depth = 0
+        self._tracker = spark.sparkContext._jsc.statusTracker()
+        jvm = spark._jvm
+        assert jvm is not None
+        self._array_text = jvm.java.util.Arrays.toString
         # jobs launched by threads that carry no job group are the run's own too
         self._ungrouped_before = max(self._job_ids(None), default=-1)
 
     def _job_ids(self, group: str | None) -> list[int]:
-        return list(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+        # as one string: PySpark's list of a Java array costs a JVM call per element
+        return self._ints(self._tracker.getJobIdsForGroup(group))
+
+    def _stages(self, job: int) -> int:
+        info = self._tracker.getJobInfo(job)
+        return 0 if info is None else len(self._ints(info.stageIds()))
+
+    def _ints(self, array: Any) -> list[int]:
+        return [int(x) for x in str(self._array_text(array)).strip("[]").split(",") if x.strip()]
 
     def _group(self, trace: str | None) -> str:
         return self._tag if trace is None else f"{self._tag}/{trace}"
@@ -131,9 +143,9 @@ class Profiler:
 
     @contextmanager
     def trace(self, name: str) -> Iterator[None]:
-        """Attribute the jobs, seconds and phases of the block to trace ``name``."""
+        """Attribute the jobs, seconds and phases of the block to trace ``name``;
+        after it, the thread's jobs are the outer trace's, or the run's own."""
         sc = self.spark.sparkContext
-        previous = sc.getLocalProperty(_GROUP_PROPERTY)
         outer = getattr(self._local, "trace", None)
         sc.setLocalProperty(_GROUP_PROPERTY, self._group(name))
         self._local.trace = name
@@ -143,7 +155,7 @@ class Profiler:
         finally:
             elapsed = time.perf_counter() - started
             self._local.trace = outer
-            sc.setLocalProperty(_GROUP_PROPERTY, previous)  # type: ignore[arg-type]
+            sc.setLocalProperty(_GROUP_PROPERTY, self._group(outer))
             with self._lock:
                 self._seconds[name] += elapsed
 
@@ -154,11 +166,9 @@ class Profiler:
 
     def result(self) -> RunProfile:
         """The profile, with job counts read from Spark's status tracker."""
-        tracker = self.spark.sparkContext.statusTracker()
 
         def counted(ids: list[int]) -> tuple[int, int]:
-            infos = [tracker.getJobInfo(j) for j in ids]
-            return len(ids), sum(len(i.stageIds) for i in infos if i is not None)
+            return len(ids), sum(self._stages(j) for j in ids)
 
         def jobs_of(group: str) -> tuple[int, int]:
             return counted(self._job_ids(group))
