@@ -227,7 +227,6 @@ class Append:
     upper: Antichain
     changes: DataFrame | None  # None: surely empty, its inputs have no changes
     stored: DataFrame | None = None  # the changes as the trace stores a batch, to collect
-
     distinct: bool = False  # no two changes share data and time (``distinct_updates``)
 
     def to_collect(self) -> Append:

@@ -66,11 +66,6 @@ class FileCache:
                 _, dropped = self._tables.popitem(last=False)
                 self._bytes -= dropped.nbytes
 
-    def clear(self) -> None:
-        with self._lock:
-            self._tables.clear()
-            self._bytes = 0
-
 
 files = FileCache()
 """The process's cache of batch files."""
