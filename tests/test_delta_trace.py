@@ -118,6 +118,31 @@ def test_spine_is_recovered_from_the_delta_log_alone(spark: SparkSession, tmp_pa
     assert delta_log.load(str(tmp_path / "t")).version == trace.snapshot.version
 
 
+def test_a_merge_of_few_records_needs_no_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """Back-pressure asks small traces for merges every few epochs; the driver
+    makes them, so the storage's Spark session is never used."""
+    trace = new_trace(spark, tmp_path / "t")
+    trace.register_reader("r")
+    epochs = [
+        [((1, "x"), (0,), 1), ((2, "y"), (0,), 1)],
+        [((1, "x"), (1,), -1), ((3, "z"), (1,), 2)],  # retracts an update of epoch 0
+        [((2, "y"), (2,), 1)],
+    ]
+    for epoch, rows in enumerate(epochs):
+        trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
+    trace.downgrade_reader("r", e(3), e(3))
+    driver_only = Trace(DeltaStorage(None, str(tmp_path / "t")))  # type: ignore[arg-type]
+    assert driver_only.exert(None) > 0
+    assert not driver_only.state.merges
+    merged, last = driver_only.state.batches
+    assert (merged.description.lower, merged.description.upper) == (e(0), e(2))
+    # times advanced to the hold and consolidated: the retracted update is gone
+    assert merged.records == 2 and last.records == 1
+    trace.reload()
+    assert trace.state == driver_only.state
+    assert contents(trace.read_at()) == {(2, "y"): 2, (3, "z"): 2}
+
+
 def test_key_lookups_read_only_files_that_can_hold_the_keys(
     spark: SparkSession, tmp_path: Path
 ) -> None:
