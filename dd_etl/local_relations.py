@@ -4,6 +4,11 @@ Spark sees a local relation's rows: it plans by their true size, and an empty
 one prunes whatever it feeds (a join with it, a branch of a union) when a plan
 is optimised. A frame made from Python rows or an empty RDD is opaque to it,
 so every plan over it shuffles and runs tasks, even over nothing.
+
+Past ``spark.sql.execution.arrow.localRelationThreshold`` bytes of Arrow, Spark
+makes the frame an RDD of the Arrow batches instead: a small interval sets that
+low (``runtime/sizing.py``), as a large local relation's rows cost the optimizer
+and the task time in proportion to their number.
 """
 
 from __future__ import annotations

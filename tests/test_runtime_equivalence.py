@@ -21,6 +21,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute
+from dd_etl.runtime.sizing import LOCAL_RELATION_THRESHOLD, SMALL
 from tests.support.trips_and_zones import TRIPS, ZONES, Row, hashable
 
 pytestmark = pytest.mark.spark
@@ -89,10 +90,18 @@ def load(con: duckdb.DuckDBPyConnection, trips: Counter[Row], zones: Counter[Row
         con.executemany("INSERT INTO zones VALUES (?, ?)", list(zones.elements()))
 
 
-@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize(
+    "seed, arrow_batches", [(3, False), (4, True)], ids=["local-relations", "arrow-batches"]
+)
 def test_views_equal_a_from_scratch_evaluation_after_every_epoch(
-    spark: SparkSession, tmp_path: Path, seed: int
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    arrow_batches: bool,
 ) -> None:
+    if arrow_batches:  # every non-empty row set the driver hands Spark as Arrow batches
+        monkeypatch.setitem(SMALL.conf, LOCAL_RELATION_THRESHOLD, "0")
     rng = random.Random(seed)
     rt = build(spark, tmp_path / "warehouse")
     trips: Counter[Row] = Counter()

@@ -53,6 +53,16 @@ class Sizing:
     driver writes (``DeltaStorage.one_task_writes`` for any other append)."""
 
 
+LOCAL_RELATION_THRESHOLD = "spark.sql.execution.arrow.localRelationThreshold"
+LOCAL_RELATION_BYTES = 128 * 2**10
+"""A local relation's rows cost time in every optimizer rule that rewrites
+expressions (Catalyst walks each node's arguments, its rows among them) and in
+serializing them into the task: at 10 M trips a layer's plan holding about
+100,000 history rows took 0.2 s to optimize against 0.03 s as RDDs of Arrow
+batches (bench/README.md). Below this, a local relation's true size and its
+emptiness are worth more to the optimizer."""
+
+
 SMALL = Sizing(
     "small",
     {
@@ -67,6 +77,10 @@ SMALL = Sizing(
         # a limited collect reads every partition in its first job, not one
         # partition and then, short of rows, the rest in another
         "spark.sql.limit.initialNumPartitions": "1000000",
+        # driver rows past this many bytes of Arrow reach Spark as an RDD of Arrow
+        # batches rather than a local relation, whose rows every optimizer rule
+        # walks and every task carries serialized (``local_relations.py``)
+        LOCAL_RELATION_THRESHOLD: str(LOCAL_RELATION_BYTES),
     },
     driver_rows=True,
 )

@@ -1,0 +1,46 @@
+"""Rows the driver hands Spark: a local relation, or Arrow batches once they are large."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from dd_etl.local_relations import local_relation
+from dd_etl.runtime.sizing import LOCAL_RELATION_BYTES, SMALL, applied
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = StructType([StructField("k", LongType()), StructField("label", StringType())])
+
+
+def leaf(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().analyzed().getClass().getSimpleName())
+
+
+def test_a_small_interval_hands_spark_large_row_sets_as_arrow_batches(
+    spark: SparkSession,
+) -> None:
+    rows = LOCAL_RELATION_BYTES // 8
+    large = pa.table(
+        {
+            "k": pa.array(range(rows), pa.int64()),
+            "label": pa.array([f"row {i}" for i in range(rows)], pa.string()),
+        }
+    )
+    assert large.nbytes > LOCAL_RELATION_BYTES
+    with applied(spark, SMALL):
+        batches = local_relation(spark, large, SCHEMA)
+        small = local_relation(spark, large.slice(0, 10), SCHEMA)
+        empty = local_relation(spark, large.slice(0, 0), SCHEMA)
+    # past the threshold the optimizer no longer walks the rows (``sizing.LOCAL_RELATION_BYTES``);
+    # below it Spark still sees true sizes and empties
+    assert (leaf(batches), leaf(small), leaf(empty)) == (
+        "LogicalRDD",
+        "LocalRelation",
+        "LocalRelation",
+    )
+    assert leaf(local_relation(spark, large, SCHEMA)) == "LocalRelation"  # outside the sizing
+    got = batches.toArrow().sort_by("k")
+    assert got.equals(large.cast(got.schema))
