@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from dd_etl.local_relations import local_relation
+from dd_etl.operators.partitions import colocated
 from dd_etl.runtime.sizing import LOCAL_RELATION_BYTES, SMALL, applied
 
 pytestmark = pytest.mark.spark
@@ -19,16 +20,20 @@ def leaf(df: DataFrame) -> str:
     return str(df._jdf.queryExecution().analyzed().getClass().getSimpleName())
 
 
-def test_a_small_interval_hands_spark_large_row_sets_as_arrow_batches(
-    spark: SparkSession,
-) -> None:
+def large_table() -> pa.Table:
     rows = LOCAL_RELATION_BYTES // 8
-    large = pa.table(
+    return pa.table(
         {
             "k": pa.array(range(rows), pa.int64()),
             "label": pa.array([f"row {i}" for i in range(rows)], pa.string()),
         }
     )
+
+
+def test_a_small_interval_hands_spark_large_row_sets_as_arrow_batches(
+    spark: SparkSession,
+) -> None:
+    large = large_table()
     assert large.nbytes > LOCAL_RELATION_BYTES
     with applied(spark, SMALL):
         batches = local_relation(spark, large, SCHEMA)
@@ -44,3 +49,18 @@ def test_a_small_interval_hands_spark_large_row_sets_as_arrow_batches(
     assert leaf(local_relation(spark, large, SCHEMA)) == "LocalRelation"  # outside the sizing
     got = batches.toArrow().sort_by("k")
     assert got.equals(large.cast(got.schema))
+
+
+def test_a_join_of_arrow_batches_in_a_small_interval_is_one_stage(spark: SparkSession) -> None:
+    """Spark cannot size an RDD; taken for its default size, a join of joins over
+    such frames would pass ``spark.sql.maxSinglePartitionBytes`` and be shuffled."""
+    table = large_table()
+    with applied(spark, SMALL):
+        left, right = colocated(
+            local_relation(spark, table, SCHEMA),
+            local_relation(spark, table, SCHEMA).withColumnRenamed("label", "other"),
+        )
+        joined = left.join(right, "k").groupBy("label").count()
+        left, right = colocated(joined, local_relation(spark, table, SCHEMA), hash_right=True)
+        plan = left.join(right, "label")._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan

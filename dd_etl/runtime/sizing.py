@@ -81,6 +81,10 @@ SMALL = Sizing(
         # batches rather than a local relation, whose rows every optimizer rule
         # walks and every task carries serialized (``local_relations.py``)
         LOCAL_RELATION_THRESHOLD: str(LOCAL_RELATION_BYTES),
+        # and Spark, which cannot size those, takes them for that large, not for
+        # the default of 8 EB: else a join over them passes even the limit above
+        # and is shuffled
+        "spark.sql.defaultSizeInBytes": str(LOCAL_RELATION_BYTES),
         # no constraints inferred for every operator of every plan: the filters
         # they would add (``isnotnull``) or prune save nothing on a few thousand rows
         "spark.sql.constraintPropagation.enabled": "false",
