@@ -58,6 +58,13 @@ class RunProfile:
     sizing: str
     phases: dict[str, float]
     traces: dict[str, Cost]
+    jvm_compiling: float | None = None
+    """Seconds the driver JVM's JIT compilers worked during the run, summed over
+    their threads (None where the JVM does not tell). Not a phase of the run: it
+    happens beside it, on the same cores. A fresh JVM compiles Spark's code for
+    its first dozens of small runs, and on two cores that was about half the CPU
+    of the first ones (bench/README.md): a long-lived process (``dd-etl server``)
+    pays it once."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,10 +72,15 @@ class RunProfile:
     def lines(self) -> list[str]:
         """A readable breakdown, costliest traces first."""
         phases = ", ".join(f"{p} {self.phases.get(p, 0.0):.2f}s" for p in PHASES)
+        compiling = (
+            ""
+            if self.jvm_compiling is None
+            else f"; JIT compiling beside the run {self.jvm_compiling:.2f}s"
+        )
         out = [
             f"{self.seconds:.2f}s, {self.spark_jobs} Spark jobs, {self.spark_stages} stages "
             f"({self.sizing} interval)",
-            f"  phases (summed over threads): {phases}",
+            f"  phases (summed over threads): {phases}{compiling}",
         ]
         ranked = sorted(self.traces.items(), key=lambda kv: (-kv[1].seconds, kv[0]))
         width = max((len(name) for name in self.traces), default=0)
@@ -101,6 +113,14 @@ class Profiler:
         self._array_text = jvm.java.util.Arrays.toString
         # jobs launched by threads that carry no job group are the run's own too
         self._ungrouped_before = max(self._job_ids(None), default=-1)
+        self._compilation = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        self._compiled_before = self._compiled_ms()
+
+    def _compiled_ms(self) -> int | None:
+        """Milliseconds the JVM's JIT compilers have worked since it started."""
+        if not self._compilation.isCompilationTimeMonitoringSupported():
+            return None
+        return int(self._compilation.getTotalCompilationTime())
 
     def _job_ids(self, group: str | None) -> list[int]:
         # as one string: PySpark's list of a Java array costs a JVM call per element
@@ -195,6 +215,7 @@ class Profiler:
             totals[PLANNING] += c.phases.get(PLANNING, 0.0)
         outside = seconds - sum(self._seconds.values()) - sum(self._phases.get("", {}).values())
         totals[PLANNING] += max(0.0, outside)  # the run's own work between traces
+        compiled = self._compiled_ms()
         return RunProfile(
             seconds=round(seconds, 3),
             spark_jobs=own_jobs + sum(c.spark_jobs for c in traces.values()),
@@ -202,6 +223,11 @@ class Profiler:
             sizing=self.sizing,
             phases=_rounded(totals),
             traces=traces,
+            jvm_compiling=(
+                None
+                if compiled is None or self._compiled_before is None
+                else round((compiled - self._compiled_before) / 1000, 3)
+            ),
         )
 
 

@@ -154,6 +154,13 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
     text = "\n".join(profile.lines())
     assert "6 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+    # what the JVM's compilers did beside the run is reported (its seconds, like
+    # all seconds, never asserted)
+    assert profile.jvm_compiling is not None and profile.jvm_compiling >= 0
+    assert (
+        "JIT compiling beside the run" in text
+        and profile.to_json()["jvm_compiling"] == profile.jvm_compiling
+    )
 
 
 def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]
                 "spark_stages": profile.spark_stages,
                 "sizing": profile.sizing,
                 "phases": profile.phases,
+                "jvm_compiling": profile.jvm_compiling,
             }
         ),
     }
