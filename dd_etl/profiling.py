@@ -113,14 +113,17 @@ class Profiler:
         self._array_text = jvm.java.util.Arrays.toString
         # jobs launched by threads that carry no job group are the run's own too
         self._ungrouped_before = max(self._job_ids(None), default=-1)
-        self._compilation = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        compilation = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        self._compilation = (
+            compilation if compilation.isCompilationTimeMonitoringSupported() else None
+        )
         self._compiled_before = self._compiled_ms()
 
     def _compiled_ms(self) -> int | None:
         """Milliseconds the JVM's JIT compilers have worked since it started."""
-        if not self._compilation.isCompilationTimeMonitoringSupported():
-            return None
-        return int(self._compilation.getTotalCompilationTime())
+        return (
+            None if self._compilation is None else int(self._compilation.getTotalCompilationTime())
+        )
 
     def _job_ids(self, group: str | None) -> list[int]:
         # as one string: PySpark's list of a Java array costs a JVM call per element
