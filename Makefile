@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_min_retraction.py
 	$(BIN)/python bench/bench_incremental.py
 	$(BIN)/python bench/bench_bfs.py
+	$(BIN)/python bench/bench_dagster_runs.py
 
 clean:
 	-$(BIN)/dd-etl server stop 2>/dev/null

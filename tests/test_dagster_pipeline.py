@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from dd_etl.dagster import SparkResource, pipeline_definitions
-from dd_etl.dagster.assets import failures
+from dd_etl.dagster.runs import failures
 from dd_etl.errors import DdEtlError, InvariantViolation
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline import open_pipeline

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dd_etl.server import client, identity, protocol
+from tests.support.child_process import alive
 from tests.support.pipeline_fixtures import VIEWS_MODULE, bag, change_data, oracle, write_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,7 +135,7 @@ def test_commands_on_a_server_behave_as_in_their_own_process(tmp_path: Path) -> 
     _wait_for(lambda: log.read_text().count("running") > running)
     caller.kill()
     caller.wait()
-    _wait_for(lambda: not _alive(pid))
+    _wait_for(lambda: not alive(pid))
     resumed = dd_etl("run", str(pipeline))
     assert resumed.returncode == 0, resumed.stderr
     for view in ("by_pc", "zoned"):
@@ -156,7 +157,7 @@ def test_commands_on_a_server_behave_as_in_their_own_process(tmp_path: Path) -> 
     compact = dd_etl("trace", "compact", str(trace), DD_ETL_SERVER_IDLE="2")
     assert compact.returncode == 0, compact.stderr
     assert _pid(server()) != pid
-    _wait_for(lambda: not _alive(pid))
+    _wait_for(lambda: not alive(pid))
     _wait_for(lambda: server() is None)
 
 
@@ -171,14 +172,6 @@ def _typed(rows: list[dict[str, str]]) -> list[dict[str, object]]:
 def _pid(status: dict[str, object] | None) -> int:
     assert status is not None
     return int(str(status["pid"]))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"  # a zombie
 
 
 def _wait_for(condition: Callable[[], bool], seconds: float = 60.0) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from dd_etl.cli.consoles import out
+from dd_etl.cli.dagster_step import app as dagster_step_app
 from dd_etl.cli.pipeline_commands import app as pipeline_app
 from dd_etl.cli.render import DEBUG, RenderingGroup
 from dd_etl.cli.server_commands import app as server_app
@@ -24,6 +25,7 @@ app = typer.Typer(
 app.add_typer(pipeline_app)
 app.add_typer(trace_app, name="trace")
 app.add_typer(server_app, name="server")
+app.add_typer(dagster_step_app)
 
 
 @app.callback()

@@ -15,9 +15,9 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from dd_etl.dagster.assets import failures, logged_progress, open_for
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
+from dd_etl.dagster.runs import failures, logged_progress, open_for
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.history import load_history
 from dd_etl.pipeline.rebuild import rebuild_views
@@ -77,7 +77,7 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     ) -> int:
         with failures():
             pipeline = open_for(file, spark)
-            progress, _ = logged_progress(context.log)
+            progress, _ = logged_progress(context.log.info)
 
             def epoch_done(report: TickReport) -> None:
                 for event in _epoch_events(pipeline, report):
@@ -105,7 +105,7 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
             pipeline = open_for(file, spark)
             names = rebuild_views(pipeline, config.views, config.from_epoch)
             context.log.info(f"discarded {names}; recomputing them from the sources")
-            progress, _ = logged_progress(context.log)
+            progress, _ = logged_progress(context.log.info)
             report = run_tick(pipeline, progress, sources=[], views=names)
         for event in _epoch_events(pipeline, report):
             context.log_event(event)
@@ -118,7 +118,7 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     ) -> int | None:
         with failures():
             pipeline = open_for(file, spark)
-            progress, _ = logged_progress(context.log)
+            progress, _ = logged_progress(context.log.info)
             report = restate(pipeline, config.source, config.where, progress)
         if report is None:
             context.log.info("the source matches what was taken in: nothing to restate")

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from dd_etl.dagster.assets import failures, open_for, pipeline_assets
+from dd_etl.dagster.assets import pipeline_assets
 from dd_etl.dagster.automation import TickJob, source_sensor, tick_schedule
 from dd_etl.dagster.backfills import backfill_jobs
 from dd_etl.dagster.checks import cheap_check_specs, equivalence_results, equivalence_specs
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
+from dd_etl.dagster.runs import failures, open_for
 from dd_etl.pipeline.config import LoadedConfig, load_config, warehouse_of
 from dd_etl.trace.maintenance import maintain_warehouse
 

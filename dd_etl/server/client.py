@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dd_etl.server import identity, protocol
@@ -56,8 +56,9 @@ def served(args: list[str]) -> bool:
     return command in SERVED
 
 
-def through_server(args: list[str]) -> int | None:
-    """The command's exit status, run by the server; None if it is to run here."""
+def through_server(args: list[str], streams: Sequence[int] | None = None) -> int | None:
+    """The command's exit status, run by the server on this process's standard streams
+    (or on ``streams``, three descriptors); None if it is to run here."""
     try:
         files = identity.server_for(os.environ)
     except OSError:
@@ -73,7 +74,8 @@ def through_server(args: list[str]) -> int | None:
         connection = connect(files) or start(files)
         if connection is None:
             return None
-        with connection, _standard_streams() as fds:
+        passed = _standard_streams() if streams is None else contextlib.nullcontext(list(streams))
+        with connection, passed as fds:
             try:
                 protocol.send(connection, request, fds)
                 reply, _ = protocol.receive(connection)

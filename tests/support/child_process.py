@@ -42,3 +42,12 @@ def run_workload(
         text=True,
         timeout=600,
     )
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet waited for, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
