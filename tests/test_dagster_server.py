@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dd_etl.dagster import SparkResource, pipeline_definitions
-from dd_etl.dagster.step import Step, decode, encode
+from dd_etl.dagster.step import Step, answer_in, decode, encode
 from dd_etl.server import client, identity
 from tests.support.child_process import alive
 from tests.support.pipeline_fixtures import BY_PC_SQL, change_data, oracle, write_pipeline
@@ -45,6 +45,7 @@ def test_results_cross_from_the_server_as_they_were() -> None:
         ),
     ]
     assert decode(json.loads(encode(results))) == results
+    assert answer_in(b'progress\n{"results": [') == {}  # killed while answering
     step = Step("p.yaml", ("trips", "by_pc"), (("zoned", "freshness"),), 1, None, {"a": "b"})
     assert Step.from_json(step.to_json()) == step
 
@@ -111,7 +112,8 @@ def test_a_dagster_tick_runs_on_the_server(
     finally:
         last = server()
         client.ask(identity.server_for(os.environ).socket, {"kind": "stop"})
-        while last is not None and alive(int(last["pid"])):
+        deadline = time.monotonic() + 60
+        while last is not None and alive(int(last["pid"])) and time.monotonic() < deadline:
             time.sleep(0.1)
 
 

@@ -166,8 +166,7 @@ def _served(step: Step, log: Log) -> list[Result] | None:
             reader.join()
     if code is None:
         return None
-    lines = b"".join(output).decode(errors="replace").strip().splitlines()
-    answered = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    answered = answer_in(b"".join(output))
     if code == 0 and "results" in answered:
         return decode(answered)
     if "error" in answered:
@@ -180,6 +179,16 @@ def _served(step: Step, log: Log) -> list[Result] | None:
         )
     quoted = "\n".join(tail)
     raise dg.Failure(description=f"The step failed in the dd_etl server (exit {code}):\n{quoted}")
+
+
+def answer_in(output: bytes) -> dict[str, Any]:
+    """The JSON line ``answer`` ends its output with; empty if the step ended before it."""
+    lines = output.decode(errors="replace").strip().splitlines()
+    try:
+        answered = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return {}
+    return answered if isinstance(answered, dict) else {}
 
 
 def _collect(fd: int, chunks: list[bytes]) -> None:
