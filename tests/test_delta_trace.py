@@ -9,6 +9,7 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +20,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     DateType,
     DecimalType,
     LongType,
@@ -30,7 +32,7 @@ from pyspark.sql.types import (
 from dd_etl.lattice import Antichain
 from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile
-from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
@@ -91,7 +93,56 @@ def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
             expected = accumulate(reference, (t,))
             assert contents(delta.read_at((t,))) == expected
             assert model.read_at((t,)) == expected
+        latest = accumulate(reference, None)
+        assert delta.size() == sum(latest.values())
+        assert_first_rows(delta, latest, limit=3)
     assert_descriptions_hold(spark, delta)
+
+
+def assert_first_rows(trace: DeltaTrace, latest: dict[tuple[object, ...], int], limit: int) -> None:
+    """``first_rows`` shows ``limit`` rows of the collection, or all it has, each
+    at most as often as its multiplicity, of the keys with the smallest hashes:
+    every row of a key hashed below the last one shown is shown."""
+    rows = trace.first_rows(limit)
+    assert rows is not None
+    shown = Counter((r["k"], r["v"]) for r in rows.to_pylist())
+    positive = {d: n for d, n in latest.items() if n > 0}
+    assert shown.total() == min(limit, sum(positive.values()))
+    assert all(n <= positive.get(d, 0) for d, n in shown.items())
+    stored = trace.stored_rows()
+    assert stored is not None
+    hash_of = dict(
+        zip(stored.column("k").to_pylist(), stored.column(KEY_HASH).to_pylist(), strict=True)
+    )
+    last = max((hash_of[k] for k, _ in shown), default=None)
+    for d, n in positive.items():
+        if last is not None and hash_of[d[0]] < last:
+            assert shown[d] == n, (d, n, shown)
+
+
+def test_first_rows_widen_past_retracted_keys(spark: SparkSession, tmp_path: Path) -> None:
+    """The rows are sought in a slice of the hash space sized for about four times
+    those wanted; where retractions emptied it, the slice widens until it holds
+    enough."""
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=500)
+    keys = range(2000)
+    trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in keys]), e(0), e(1))
+    kept = set(range(0, 2000, 20))
+    gone = [((k, "x"), (1,), -1) for k in keys if k not in kept]
+    trace.compare_and_append(frame(spark, gone), e(1), e(2))
+    assert trace.size() == len(kept)
+    assert_first_rows(trace, {(k, "x"): 1 for k in kept}, limit=10)
+
+
+def test_first_rows_leave_nested_columns_to_spark(spark: SparkSession, tmp_path: Path) -> None:
+    schema = StructType([StructField("k", LongType()), StructField("xs", ArrayType(LongType()))])
+    trace = DeltaTrace.create(spark, str(tmp_path / "t"), "t", schema, ["k"])
+    rows = spark.createDataFrame(
+        [(1, [1, 2], 0, 2)], "k long, xs array<long>, _time long, _diff long"
+    )
+    trace.compare_and_append(rows, e(0), e(1))
+    assert trace.first_rows(10) is None
+    assert trace.size() == 2
 
 
 def assert_descriptions_hold(spark: SparkSession, trace: DeltaTrace) -> None:

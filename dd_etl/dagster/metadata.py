@@ -1,5 +1,6 @@
-"""What a materialization tells about the asset, read from trace state (no Spark)
-except the row count and the preview."""
+"""What a materialization tells about the asset, read from trace state and, for a
+view's row count and preview, from its files in the driver: no Spark job, so a
+tick's metadata costs no more as its views grow (``trace/summary.py``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from collections.abc import Collection
 from typing import Any
 
 import dagster as dg
-from pyspark.sql import functions as F
 
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import RunProfile
-from dd_etl.trace.columns import DIFF
+from dd_etl.runtime.runner import Runtime
+from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.state import TraceState
 
 PREVIEW_ROWS = 10
@@ -58,8 +59,8 @@ def view_metadata(
     the Spark jobs and seconds of its traces and of the whole run, current row
     count and a preview."""
     rt = pipeline.runtime
-    node = pipeline.flow.views[view]
-    f = frontiers(rt.trace(node).reload())
+    trace = rt.trace(pipeline.flow.views[view])
+    f = frontiers(trace.reload())
     upper = f["upper"] or 0
     rows_in = 0
     traces: dict[str, int] = {}
@@ -74,9 +75,7 @@ def view_metadata(
                 for b in state.batches
                 if lower <= (b.description.lower.epoch_bound() or 0) < upper
             )
-    count = rt.trace(node).read_at(None).agg(F.sum(DIFF)).collect()[0][0] or 0  # bag size
-    rows = rt.read(view)
-    preview = rows.limit(PREVIEW_ROWS).collect()
+    columns, preview = _preview(rt, view, trace)
     return {
         "epochs": f"{lower}..{upper - 1}" if upper > lower else "none (up to date)",
         "refresh": str(refresh) if refresh is not None else "nothing to compute",
@@ -88,9 +87,19 @@ def view_metadata(
         "trace batches": dg.MetadataValue.json(traces),
         "spark seconds": round(seconds, 2),
         **_cost(profile, traces),
-        "dagster/row_count": count,
-        "preview": dg.MetadataValue.md(markdown_table(rows.columns, preview)),
+        "dagster/row_count": trace.size(),
+        "preview": dg.MetadataValue.md(markdown_table(columns, preview)),
     }
+
+
+def _preview(rt: Runtime, view: str, trace: DeltaTrace) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The view's first rows, read in the driver, or by Spark where the driver
+    declines (nested columns, too many records to read)."""
+    rows = trace.first_rows(PREVIEW_ROWS)
+    if rows is not None:
+        return rows.column_names, [tuple(r.values()) for r in rows.to_pylist()]
+    df = rt.read(view)
+    return df.columns, [tuple(r) for r in df.limit(PREVIEW_ROWS).collect()]
 
 
 def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]:

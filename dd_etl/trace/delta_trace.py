@@ -31,7 +31,7 @@ from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
 from dd_etl.sql_text import quote
-from dd_etl.trace import arrow_files, delta_log, driver_merge, spark_files
+from dd_etl.trace import arrow_files, delta_log, driver_merge, spark_files, summary
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
@@ -294,6 +294,16 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         with phase(LOOKUPS):
             table = arrow_files.read_table(self.uri, self.state, files, key_hashes)
         return None if table is None else arrow_files.between(table, at, since)
+
+    def size(self) -> int:
+        """The collection's number of rows, everything committed accumulated, read
+        in the driver (``summary``): no Spark job."""
+        return summary.size(self.uri, self.files())
+
+    def first_rows(self, limit: int) -> pa.Table | None:
+        """A few rows of the collection, everything committed accumulated, read in
+        the driver (``summary.first_rows``); None when Spark should read them."""
+        return summary.first_rows(self.uri, self.state, self.files(), limit)
 
     def _read(self, files: Sequence[DataFile]) -> DataFrame:
         """The rows of ``files``: in the driver for local reads, else by Spark."""

@@ -36,9 +36,10 @@ class FileCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def read(self, path: Path, columns: Sequence[str]) -> pa.Table:
+    def read(self, path: Path, columns: Sequence[str], keep: bool = True) -> pa.Table:
         """The file's ``columns``: kept ones if it was read or written before with
-        them, else read now and kept."""
+        them, else read now, and kept unless ``keep`` is false (a read of a few
+        columns would replace a kept copy of them all)."""
         key = str(path)
         with self._lock:
             kept = self._tables.get(key)
@@ -46,7 +47,8 @@ class FileCache:
                 self._tables.move_to_end(key)
                 return kept.select(list(columns))
         table = pq.read_table(path, columns=list(columns))
-        self.keep(path, table)
+        if keep:
+            self.keep(path, table)
         return table
 
     def keep(self, path: Path, table: pa.Table) -> None:
