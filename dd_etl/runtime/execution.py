@@ -37,7 +37,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -64,7 +63,7 @@ from dd_etl.plan.graph import (
     traces_read,
 )
 from dd_etl.plan.refresh import RefreshChoice
-from dd_etl.profiling import SPARK, Profiler, RunProfile, phase
+from dd_etl.profiling import Profiler, RunProfile
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.full_refresh import full_changes
 from dd_etl.runtime.iteration import LoopRun, Round
@@ -72,9 +71,8 @@ from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import Sizing, for_records
 from dd_etl.sql_text import quote
-from dd_etl.trace.arrow_files import collect_each
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
-from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
 
 if TYPE_CHECKING:
     from dd_etl.runtime.runner import Runtime
@@ -174,7 +172,7 @@ def _execute(
                     batches: list[CollectedBatch | None] = [None] * len(appends)
                     if any(a.changes is not None for a in appends):
                         with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                            batches = collect_batches(appends)
+                            batches = collect_batches([a.planned for a in appends])
                         failpoint("layer.collected")
                     list(pool.map(append, zip(appends, batches, strict=True)))
                 list(pool.map(bring, layer))
@@ -235,33 +233,10 @@ class Append:
             return self
         return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
 
-
-COLLECTED_PER_JOB = 8
-"""Batches one Spark job computes into the driver at most: each may be up to a
-file's worth, and the driver holds all of a job's at once."""
-
-
-def collect_batches(appends: Sequence[Append]) -> list[CollectedBatch | None]:
-    """The batches of ``appends`` (``to_collect``), computed by one Spark job per
-    ``COLLECTED_PER_JOB`` of them and held by the driver (None for an empty one,
-    and for one of more than a file's worth, which its trace then writes with
-    Spark on its own)."""
-    planned = {
-        i: (a.stored, a.trace.delta_storage.rows_per_file)
-        for i, a in enumerate(appends)
-        if a.stored is not None
-    }
-    order = list(planned)
-    collected: dict[int, pa.Table | None] = {}
-    for start in range(0, len(order), COLLECTED_PER_JOB):
-        chunk = order[start : start + COLLECTED_PER_JOB]
-        with phase(SPARK):
-            tables = collect_each([planned[i][0] for i in chunk], [planned[i][1] for i in chunk])
-        collected.update(zip(chunk, tables, strict=True))
-    return [
-        None if (table := collected.get(i)) is None else CollectedBatch(table)
-        for i in range(len(appends))
-    ]
+    @property
+    def planned(self) -> tuple[DeltaTrace, DataFrame] | None:
+        """The trace and its planned batch (``to_collect``), if any."""
+        return None if self.stored is None else (self.trace, self.stored)
 
 
 class Interval:

@@ -14,7 +14,8 @@ same at any depth: when round ``t`` runs, everything before ``t`` is done.
 
 Then each arrangement and reduction of the loop nest appends its updates of
 the epoch, at times ``(e, i…)``, to its trace: a Delta trace of product times,
-``[(e, 0…), (e + 1, 0…))``. Later epochs look their history up there.
+``[(e, 0…), (e + 1, 0…))``; in a small interval one Spark job computes all
+their batches. Later epochs look their history up there.
 Compacting it advances epochs but never merges iterations: ``advance((e', j),
 {(e, 0)}) = (e, j)``, so the history of a key is bounded by the iterations at
 which it ever changed, not by the number of epochs.
@@ -61,7 +62,7 @@ from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each
 from dd_etl.trace.columns import DIFF, TIME
-from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
 
 if TYPE_CHECKING:
     from dd_etl.runtime.catalog import TraceCatalog
@@ -158,20 +159,32 @@ class LoopRun:
         st.begin(self.loop.inputs, self.histories if self.driver_rows else [])
         leave = self._scope(self.loop, st, (), st.entering)
 
-        def append(node: n.Node) -> bool:
-            trace = self.traces.loop_trace(self.loop, node)
+        traces = [self.traces.loop_trace(self.loop, x) for x in self.traced]
+        updates = [st.staged(x).withColumn(TIME, F.lit(e).cast("long")) for x in self.traced]
+        counts = [st.counted.staged_in_all(_home(x).id) for x in self.traced]
+        # In a small interval, one Spark job computes every trace's batch.
+        batches: list[CollectedBatch | None] = [None] * len(traces)
+        if self.driver_rows:
+            batches = collect_batches(
+                [
+                    (trace, trace.batch_plan(df)) if count else None
+                    for trace, df, count in zip(traces, updates, counts, strict=True)
+                ]
+            )
+
+        def append(i: int) -> bool:
+            trace, batch = traces[i], batches[i]
             zeros = (0,) * (trace.state.dims - 1)
-            updates = st.staged(node).withColumn(TIME, F.lit(e).cast("long"))
             with traced(trace.name):
                 return trace.compare_and_append(
-                    updates,
+                    updates[i] if batch is None else batch,
                     Antichain.of((e, *zeros)),
                     Antichain.of((e + 1, *zeros)),
-                    at_most=st.counted.staged_in_all(_home(node).id),
+                    at_most=counts[i],
                 )
 
-        with ThreadPoolExecutor(max_workers=len(self.traced) or 1) as pool:
-            list(pool.map(append, self.traced))  # separate traces: commit side by side
+        with ThreadPoolExecutor(max_workers=len(traces) or 1) as pool:
+            list(pool.map(append, range(len(traces))))  # separate traces: commit side by side
         failpoint("loop.epoch_appended")
         return linear.consolidate(leave.withColumn(TIME, F.lit(e).cast("long")))
 

@@ -76,6 +76,34 @@ class CollectedBatch:
     rows: pa.Table
 
 
+COLLECTED_PER_JOB = 8
+"""Batches one Spark job computes into the driver at most: each may be up to a
+file's worth, and the driver holds all of a job's at once."""
+
+
+def collect_batches(
+    planned: Sequence[tuple[DeltaTrace, DataFrame] | None],
+) -> list[CollectedBatch | None]:
+    """The batches ``DeltaTrace.batch_plan`` planned for their traces, computed by
+    one Spark job per ``COLLECTED_PER_JOB`` of them and held by the driver (None
+    for no plan, and for a batch of more than a file's worth, which its trace
+    then writes with Spark on its own)."""
+    order = [i for i, p in enumerate(planned) if p is not None]
+    collected: dict[int, pa.Table | None] = {}
+    for start in range(0, len(order), COLLECTED_PER_JOB):
+        chunk = [(i, planned[i]) for i in order[start : start + COLLECTED_PER_JOB]]
+        plans = [p for _, p in chunk if p is not None]
+        with phase(SPARK):
+            tables = arrow_files.collect_each(
+                [df for _, df in plans], [t.delta_storage.rows_per_file for t, _ in plans]
+            )
+        collected.update(zip([i for i, _ in chunk], tables, strict=True))
+    return [
+        None if (table := collected.get(i)) is None else CollectedBatch(table)
+        for i in range(len(planned))
+    ]
+
+
 class DeltaStorage:
     def __init__(
         self, spark: SparkSession, uri: str, rows_per_file: int = spark_files.ROWS_PER_FILE
