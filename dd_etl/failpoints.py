@@ -2,26 +2,34 @@
 
 ``DD_ETL_FAILPOINTS="append.files_written=3,merge.step_committed=1"`` kills the
 process with SIGKILL the 3rd time it passes ``append.files_written`` and the 1st
-time it passes ``merge.step_committed``. Unset, a failpoint costs a dict lookup.
+time it passes ``merge.step_committed``. ``tick.sources_appended=1:pause`` holds
+the thread that passes there instead (for ``PAUSE_SECONDS``), so a test can act
+while a command is in flight and then kill its process. Unset, a failpoint
+costs a dict lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 _ENV = "DD_ETL_FAILPOINTS"
+_PAUSE = ":pause"
+PAUSE_SECONDS = 600.0
 
 
-def _parse(spec: str) -> dict[str, int]:
-    points: dict[str, int] = {}
+def parse_spec(spec: str) -> dict[str, tuple[int, bool]]:
+    """Per failpoint: the hit that acts, and whether it pauses (else it kills)."""
+    points: dict[str, tuple[int, bool]] = {}
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, _, count = item.partition("=")
-        points[name] = int(count or "1")
+        pause = count.endswith(_PAUSE)
+        points[name] = (int(count.removesuffix(_PAUSE) or "1"), pause)
     return points
 
 
-_armed = _parse(os.environ.get(_ENV, ""))
+_armed = parse_spec(os.environ.get(_ENV, ""))
 _hits: dict[str, int] = {}
 
 
@@ -29,7 +37,7 @@ def rearm() -> None:
     """Arm the failpoints ``DD_ETL_FAILPOINTS`` names now, counting from zero: for a
     process that runs many commands, each with its caller's environment."""
     global _armed
-    _armed = _parse(os.environ.get(_ENV, ""))
+    _armed = parse_spec(os.environ.get(_ENV, ""))
     _hits.clear()
 
 
@@ -37,5 +45,9 @@ def failpoint(name: str) -> None:
     if not _armed or name not in _armed:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] >= _armed[name]:
-        os.kill(os.getpid(), signal.SIGKILL)
+    hit, pause = _armed[name]
+    if _hits[name] >= hit:
+        if pause:
+            time.sleep(PAUSE_SECONDS)
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,59 @@ def test_a_dagster_tick_runs_on_the_server(
         client.ask(identity.server_for(os.environ).socket, {"kind": "stop"})
         deadline = time.monotonic() + 60
         while last is not None and alive(int(last["pid"])) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_busy_server_leaves_the_step_to_the_run(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the server runs another command (another pipeline's run, held at a
+    failpoint), a tick's step runs in the run's own process: the same results, and
+    a line in the run's log saying why."""
+    monkeypatch.setenv(identity.SERVER_ENV, "on")
+    monkeypatch.setenv(identity.DIRECTORY_ENV, str(tmp_path / "servers"))
+    other = tmp_path / "other"
+    other.mkdir()
+    held = write_pipeline(other, "dg_busy_other", by_pc_sql=BY_PC_SQL)
+    change_data(other, 0)
+    blocker = subprocess.Popen(
+        [sys.executable, "-m", "dd_etl.cli", "run", str(held)],
+        cwd=other,
+        env={**os.environ, "DD_ETL_FAILPOINTS": "tick.sources_appended=1:pause"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def server() -> dict[str, Any] | None:
+        return client.ask(identity.server_for(os.environ).socket, {"kind": "status"})
+
+    try:
+        deadline = time.monotonic() + 180
+        while not (server() or {}).get("busy"):
+            assert blocker.poll() is None and time.monotonic() < deadline, "never busy"
+            time.sleep(0.2)
+        pipeline = write_pipeline(tmp_path, "dg_busy", by_pc_sql=BY_PC_SQL)
+        change_data(tmp_path, 0)
+        instance = dg.DagsterInstance.ephemeral()
+        defs = pipeline_definitions([pipeline], spark=SparkResource())
+        result = defs.resolve_job_def("e2e_tick").execute_in_process(instance=instance)
+        assert result.success
+        meta = materializations(result)
+        assert meta[BY_PC]["dagster/row_count"] == sum(oracle(tmp_path, "by_pc").values())
+        assert all(checks(result).values()) and len(checks(result)) == 6
+        logged = [e.user_message for e in instance.all_logs(result.run_id)]
+        assert any("server did not take the step" in m for m in logged), logged
+        for view in ("by_pc", "zoned"):
+            assert view_rows(spark, pipeline, view) == oracle(tmp_path, view), view
+        status = server()
+        assert status is not None and status["busy"] and status["commands"] == 0  # none done
+    finally:
+        blocker.kill()
+        blocker.wait()
+        deadline = time.monotonic() + 60
+        while server() is not None and time.monotonic() < deadline:
             time.sleep(0.1)
 
 

@@ -75,6 +75,11 @@ def execute(step: Step, log: Log) -> Iterator[Result]:
     if served is not None:
         yield from served
         return
+    if identity.enabled(os.environ):
+        log(
+            "the dd_etl server did not take the step (busy with another command, or it "
+            "could not start): it runs in this run's process"
+        )
     with failures():
         yield from run(step, log)
 
