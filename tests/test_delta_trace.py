@@ -33,7 +33,12 @@ from dd_etl.lattice import Antichain
 from dd_etl.trace import arrow_files, delta_log, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
-from dd_etl.trace.delta_trace import DeltaStorage, DeltaTrace
+from dd_etl.trace.delta_trace import (
+    DeltaStorage,
+    DeltaTrace,
+    PlannedBatch,
+    collect_batches,
+)
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
 from dd_etl.trace.trace import Trace
@@ -258,19 +263,43 @@ def test_an_append_moves_holds_in_its_own_commit(spark: SparkSession, tmp_path: 
     assert stored.hold_map["r"].physical == e(1)
 
 
-def test_distinct_updates_are_laid_out_without_summing(spark: SparkSession, tmp_path: Path) -> None:
-    trace = new_trace(spark, tmp_path / "t")
-    updates = frame(spark, [((k, "x"), (0,), 1 if k % 2 else -1) for k in range(6)])
+def test_a_batch_is_summed_by_the_driver_and_distinct_updates_only_sorted(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A batch computed into the driver is planned up to the stored layout, with no
+    aggregation: the driver sums equal updates and sorts them by key hash once it
+    holds them, and only sorts ``distinct`` ones. Nested columns, which Arrow does
+    not group, Spark sums."""
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=100)
+    rows = [((k, "x"), (0,), 1 if k % 2 else -1) for k in range(6)]
+    updates = frame(spark, rows)
 
-    def plan(distinct: bool) -> str:
-        return str(trace.batch_plan(updates, distinct)._jdf.queryExecution().executedPlan())
+    def plan(distinct: bool) -> PlannedBatch:
+        planned = trace.batch_plan(updates, distinct)
+        assert "Aggregate" not in str(planned.rows._jdf.queryExecution().executedPlan())
+        return planned
 
-    assert "Aggregate" in plan(False)
-    assert "Aggregate" not in plan(True)
-    summed, laid_out = (trace.batch_plan(updates, d).collect() for d in (False, True))
-    assert laid_out == summed  # the same rows in the same key-hash order
+    summed, laid_out = collect_batches([plan(False), plan(True)])
+    assert summed is not None and laid_out is not None
+    assert laid_out.rows.equals(summed.rows)  # the same rows in the same key-hash order
+    hashes = summed.rows.column(KEY_HASH).to_pylist()
+    assert hashes == sorted(hashes)
+    [twice] = collect_batches([trace.batch_plan(frame(spark, rows + rows))])
+    assert twice is not None and twice.rows.column(DIFF).to_pylist() == [
+        2 * d for d in summed.rows.column(DIFF).to_pylist()
+    ]
     assert trace.compare_and_append(updates, e(0), e(1), distinct=True)
     assert contents(trace.read_at()) == {(k, "x"): 1 if k % 2 else -1 for k in range(6)}
+
+    schema = StructType([StructField("k", LongType()), StructField("xs", ArrayType(LongType()))])
+    nested = DeltaTrace.create(spark, str(tmp_path / "n"), "n", schema, ["k"])
+    both = spark.createDataFrame(
+        [(1, [1], 0, 1), (1, [1], 0, 1)], "k long, xs array<long>, _time long, _diff long"
+    )
+    planned = nested.batch_plan(both)
+    assert planned.summed and "Aggregate" in str(planned.rows._jdf.queryExecution().executedPlan())
+    [batch] = collect_batches([planned])
+    assert batch is not None and batch.rows.column(DIFF).to_pylist() == [2]
 
 
 def test_racing_writers_never_duplicate_or_lose_an_interval(

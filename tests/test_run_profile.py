@@ -26,7 +26,7 @@ from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, sizing
 from dd_etl.runtime.execution import LAYER_LABEL
 from dd_etl.runtime.runner import RUNTIME_READER
-from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace
+from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace, PlannedBatch
 
 pytestmark = pytest.mark.spark
 
@@ -223,9 +223,9 @@ def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(
     plans: dict[str, str] = {}
     batch_plan = DeltaTrace.batch_plan
 
-    def recorded(trace: DeltaTrace, updates: DataFrame, distinct: bool = False) -> DataFrame:
+    def recorded(trace: DeltaTrace, updates: DataFrame, distinct: bool = False) -> PlannedBatch:
         plan = batch_plan(trace, updates, distinct)
-        plans[trace.name] = plan._jdf.queryExecution().executedPlan().toString()
+        plans[trace.name] = plan.rows._jdf.queryExecution().executedPlan().toString()
         return plan
 
     monkeypatch.setattr(DeltaTrace, "batch_plan", recorded)

@@ -126,13 +126,12 @@ def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
     one of more than a file's worth, and for all when the job fails: each source
     then takes its data in by itself, and its error names it)."""
     plans = [c.trace.batch_plan(c.updates) for c in sources]
-    limits = [c.trace.delta_storage.rows_per_file for c in sources]
     try:
         with phase(SPARK):
-            tables = collect_each(plans, limits)
+            tables = collect_each([p.rows for p in plans], [p.at_most for p in plans])
     except _SPARK_ERRORS:
         return [None] * len(sources)
-    return [None if t is None else CollectedBatch(t) for t in tables]
+    return [None if t is None else p.collected(t) for p, t in zip(plans, tables, strict=True)]
 
 
 @contextmanager

@@ -72,7 +72,7 @@ from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import Sizing, for_records
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
-from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch, collect_batches
 
 if TYPE_CHECKING:
     from dd_etl.runtime.runner import Runtime
@@ -172,7 +172,7 @@ def _execute(
                     batches: list[CollectedBatch | None] = [None] * len(appends)
                     if any(a.changes is not None for a in appends):
                         with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                            batches = collect_batches([a.planned for a in appends])
+                            batches = collect_batches([a.stored for a in appends])
                         failpoint("layer.collected")
                     list(pool.map(append, zip(appends, batches, strict=True)))
                 list(pool.map(bring, layer))
@@ -224,7 +224,7 @@ class Append:
     lower: Antichain
     upper: Antichain
     changes: DataFrame | None  # None: surely empty, its inputs have no changes
-    stored: DataFrame | None = None  # the changes as the trace stores a batch, to collect
+    stored: PlannedBatch | None = None  # the changes as the trace stores a batch, to collect
     distinct: bool = False  # no two changes share data and time (``distinct_updates``)
 
     def to_collect(self) -> Append:
@@ -232,11 +232,6 @@ class Append:
         if self.changes is None:
             return self
         return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
-
-    @property
-    def planned(self) -> tuple[DeltaTrace, DataFrame] | None:
-        """The trace and its planned batch (``to_collect``), if any."""
-        return None if self.stored is None else (self.trace, self.stored)
 
 
 class Interval:

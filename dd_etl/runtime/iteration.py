@@ -167,7 +167,7 @@ class LoopRun:
         if self.driver_rows:
             batches = collect_batches(
                 [
-                    (trace, trace.batch_plan(df)) if count else None
+                    trace.batch_plan(df) if count else None
                     for trace, df, count in zip(traces, updates, counts, strict=True)
                 ]
             )

@@ -69,11 +69,41 @@ its whole hash range, so none would be pruned anyway)."""
 
 @dataclass(frozen=True)
 class CollectedBatch:
-    """A batch Spark computed and the driver holds, as ``DeltaTrace.batch_plan``
-    lays it out (consolidated, in the stored layout, sorted by key hash): writing
-    it is writing its file, with no Spark job."""
+    """A batch Spark computed and the driver holds, as a batch file holds it
+    (consolidated, in the stored layout, sorted by key hash): writing it is
+    writing its file, with no Spark job."""
 
     rows: pa.Table
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A batch planned for the driver to hold (``plan_batch``): ``rows`` in the
+    stored layout, in one partition, at most ``at_most`` of them taken."""
+
+    rows: DataFrame
+    at_most: int
+    summed: bool  # Spark consolidated the rows already, else the driver does
+    distinct: bool  # no two rows share data and time: nothing to sum
+
+    def collected(self, table: pa.Table) -> CollectedBatch:
+        """The batch, from the rows Spark computed for ``rows``."""
+        return CollectedBatch(table if self.summed else driver_merge.laid_out(table, self.distinct))
+
+
+def plan_batch(
+    state: TraceState, stored: DataFrame, at_most: int, distinct: bool = False
+) -> PlannedBatch:
+    """``stored`` (the trace's stored layout) planned to be computed into the driver.
+
+    The driver sums equal rows and sorts them once it holds them: the few thousand
+    rows of a small interval cost Arrow a millisecond, while a hash aggregation
+    and a sort in each trace's plan cost Spark several operators to optimise,
+    prepare and run. Rows of nested types, which Arrow does not group, Spark
+    consolidates."""
+    if driver_merge.groupable(arrow_schema(spark_files.stored_schema(state))):
+        return PlannedBatch(stored.coalesce(1), at_most, summed=False, distinct=distinct)
+    return PlannedBatch(spark_files.consolidate(stored, 1, distinct), at_most, True, distinct)
 
 
 COLLECTED_PER_JOB = 8
@@ -81,27 +111,20 @@ COLLECTED_PER_JOB = 8
 file's worth, and the driver holds all of a job's at once."""
 
 
-def collect_batches(
-    planned: Sequence[tuple[DeltaTrace, DataFrame] | None],
-) -> list[CollectedBatch | None]:
-    """The batches ``DeltaTrace.batch_plan`` planned for their traces, computed by
-    one Spark job per ``COLLECTED_PER_JOB`` of them and held by the driver (None
-    for no plan, and for a batch of more than a file's worth, which its trace
-    then writes with Spark on its own)."""
+def collect_batches(planned: Sequence[PlannedBatch | None]) -> list[CollectedBatch | None]:
+    """The ``planned`` batches, computed by one Spark job per ``COLLECTED_PER_JOB``
+    of them and held by the driver (None for no plan, and for a batch of more than
+    its ``at_most`` rows, which its trace then writes with Spark on its own)."""
     order = [i for i, p in enumerate(planned) if p is not None]
-    collected: dict[int, pa.Table | None] = {}
+    collected: dict[int, CollectedBatch | None] = {}
     for start in range(0, len(order), COLLECTED_PER_JOB):
-        chunk = [(i, planned[i]) for i in order[start : start + COLLECTED_PER_JOB]]
-        plans = [p for _, p in chunk if p is not None]
+        ids = order[start : start + COLLECTED_PER_JOB]
+        plans = [p for i in ids if (p := planned[i]) is not None]
         with phase(SPARK):
-            tables = arrow_files.collect_each(
-                [df for _, df in plans], [t.delta_storage.rows_per_file for t, _ in plans]
-            )
-        collected.update(zip([i for i, _ in chunk], tables, strict=True))
-    return [
-        None if (table := collected.get(i)) is None else CollectedBatch(table)
-        for i in range(len(planned))
-    ]
+            tables = arrow_files.collect_each([p.rows for p in plans], [p.at_most for p in plans])
+        for i, plan, table in zip(ids, plans, tables, strict=True):
+            collected[i] = None if table is None else plan.collected(table)
+    return [collected.get(i) for i in range(len(planned))]
 
 
 class DeltaStorage:
@@ -177,11 +200,9 @@ class DeltaStorage:
         driver, more by Spark."""
         if records is None or records <= self.rows_per_file:
             at_most = self.rows_per_file if records is not None else DRIVER_WRITTEN_RECORDS
-            laid_out = spark_files.consolidate(stored, 1, distinct)
-            with phase(SPARK):
-                [table] = arrow_files.collect_each([laid_out], [at_most])
-            if table is not None:
-                return self._write_collected(state, directory, table)
+            [batch] = collect_batches([plan_batch(state, stored, at_most, distinct)])
+            if batch is not None:
+                return self._write_collected(state, directory, batch.rows)
         return spark_files.write_files(
             self.spark, self.uri, directory, state, stored, records, self.rows_per_file, distinct
         )
@@ -250,11 +271,12 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
         return cls(spark, uri, rows_per_file)
 
-    def batch_plan(self, updates: DataFrame, distinct: bool = False) -> DataFrame:
-        """``updates`` as one file of this trace holds them (one partition), to be
-        computed in the driver's hands and appended as a ``CollectedBatch``;
-        ``distinct`` ones need no summing (``Storage.write_batch``)."""
-        return spark_files.consolidate(spark_files.to_stored(self.state, updates), 1, distinct)
+    def batch_plan(self, updates: DataFrame, distinct: bool = False) -> PlannedBatch:
+        """``updates`` planned as one file of this trace, to be computed into the
+        driver's hands and appended as a ``CollectedBatch``; ``distinct`` ones need
+        no summing (``Storage.write_batch``)."""
+        stored = spark_files.to_stored(self.state, updates)
+        return plan_batch(self.state, stored, self.delta_storage.rows_per_file, distinct)
 
     # --------------------------------------------------------------- reading
 

@@ -47,7 +47,7 @@ def merged(
     if sum(f.records for f in inputs) > DRIVER_MERGED_RECORDS:
         return None
     schema = arrow_schema(spark_files.stored_schema(state))
-    if any(pa.types.is_nested(f.type) for f in schema):
+    if not groupable(schema):
         return None
     table = arrow_files.read_table(root, state, inputs)
     if table is None:
@@ -71,6 +71,19 @@ def advanced(table: pa.Table, dims: int, since: Antichain) -> pa.Table:
         least = bounds[0] if len(bounds) == 1 else pc.min_element_wise(*bounds)
         table = table.set_column(table.schema.get_field_index(column), column, least)
     return table
+
+
+def groupable(schema: pa.Schema) -> bool:
+    """Whether the driver can group rows of ``schema`` (Arrow groups no nested type)."""
+    return not any(pa.types.is_nested(f.type) for f in schema)
+
+
+def laid_out(table: pa.Table, distinct: bool = False) -> pa.Table:
+    """Stored updates as a batch file holds them (``consolidated``); ``distinct``
+    ones, no two with the same data and time, only ordered by key hash."""
+    if distinct:
+        return table.sort_by(KEY_HASH)
+    return consolidated(table).cast(table.schema)
 
 
 def consolidated(table: pa.Table) -> pa.Table:
