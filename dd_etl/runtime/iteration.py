@@ -60,6 +60,7 @@ from dd_etl.plan.loops import body_of, histories_read, inner_traces, loop_nest
 from dd_etl.profiling import SPARK, phase, traced
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
+from dd_etl.trace import driver_merge
 from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
@@ -366,14 +367,16 @@ class _EpochState:
         self,
         frames: dict[tuple[str, str], DataFrame],
         histories: dict[str, DataFrame] | None = None,
+        summed: bool = False,
     ) -> None:
         """Compute ``frames`` (by kind: ``staged``, ``due`` or ``entering``, and node
         id) and ``histories`` (by node id: ``_pinned``) now, all at once, and hold
-        them (``_keep``); rows the driver holds then count the loop's work with no
-        job of its own (``work``)."""
+        them (``_keep``), the frames' equal rows as one when ``summed``; rows the
+        driver holds then count the loop's work with no job of its own (``work``)."""
         histories = histories or {}
         held = {"staged": self._staged, "due": self._due, "entering": self._entering}
-        kept = self._keep([*frames.values(), *histories.values()])
+        wanted = [*frames.values(), *histories.values()]
+        kept = self._keep(wanted, [summed] * len(frames) + [False] * len(histories))
         for (kind, node), (df, rows) in zip(frames, kept[: len(frames)], strict=True):
             held[kind][node] = df
             if rows is None:
@@ -383,23 +386,37 @@ class _EpochState:
         for node, (df, _) in zip(histories, kept[len(frames) :], strict=True):
             self._history[node] = df
 
-    def _keep(self, frames: Sequence[DataFrame]) -> list[tuple[DataFrame, pa.Table | None]]:
-        """``frames`` computed now, their lineage cut. In a small interval one Spark
-        job brings them all into the driver, as local relations (returned with
-        their rows); otherwise, or past ``DRIVER_KEPT_RECORDS`` rows, each is kept
-        in Spark's block store."""
+    def _keep(
+        self, frames: Sequence[DataFrame], summed: Sequence[bool]
+    ) -> list[tuple[DataFrame, pa.Table | None]]:
+        """``frames`` computed now, their lineage cut, each with its equal rows as
+        one where ``summed`` says (``_as_one``). In a small interval one Spark job
+        brings them all into the driver, as local relations (returned with their
+        rows), and the driver sums them (``driver_merge.summed``), so the job's
+        plan has no aggregation for them; otherwise, or past
+        ``DRIVER_KEPT_RECORDS`` rows, or for rows of nested types, Spark sums
+        each, and keeps it in its block store unless the driver holds it."""
+        by_driver = [
+            self.run.driver_rows and s and driver_merge.groupable(arrow_schema(df.schema))
+            for df, s in zip(frames, summed, strict=True)
+        ]
+        planned = [
+            _as_one(df) if s and not driver else df
+            for df, s, driver in zip(frames, summed, by_driver, strict=True)
+        ]
         tables: list[pa.Table | None] = [None] * len(frames)
         if self.run.driver_rows:
             with phase(SPARK):
                 tables = collect_each(
-                    [df.coalesce(1) for df in frames], [DRIVER_KEPT_RECORDS] * len(frames)
+                    [df.coalesce(1) for df in planned], [DRIVER_KEPT_RECORDS] * len(frames)
                 )
         kept: list[tuple[DataFrame, pa.Table | None]] = []
-        for df, table in zip(frames, tables, strict=True):
+        for df, driver, table in zip(planned, by_driver, tables, strict=True):
             if table is None:
-                kept.append((_computed(df), None))
+                kept.append((_computed(_as_one(df) if driver else df), None))
             else:
                 rows = table.cast(arrow_schema(df.schema))
+                rows = driver_merge.summed(rows) if driver else rows
                 kept.append((local_relation(df.sparkSession, rows, df.schema), rows))
         return kept
 
@@ -445,13 +462,13 @@ class _EpochState:
             return  # the variable's own staging already holds these updates
         cols = [*node.columns, *iterations(self.depth(node)), DIFF]
         both = self.staged(node).unionByName(updates.select(*cols))
-        frames = {("staged", node.id): linear.consolidate(both).select(*cols)}
+        frames = {("staged", node.id): both}
         if scheduled is not None:
             times, t = scheduled
             previous = self._due.get(node.id)
             kept = times if previous is None else previous.where(later(t)).unionByName(times)
-            frames["due", node.id] = kept.distinct()
-        self._hold(frames)
+            frames["due", node.id] = kept
+        self._hold(frames, summed=True)
 
     def at(self, node: n.Node, t: LoopTime) -> DataFrame:
         return self.staged(node).where(at(t))
@@ -595,6 +612,12 @@ def _per_iteration(table: pa.Table, prefix: LoopTime) -> dict[int, int]:
     counts = table.group_by(names[-1]).aggregate([([], "count_all")])
     iteration, count = counts.column(names[-1]).to_pylist(), counts.column("count_all").to_pylist()
     return dict(zip(iteration, count, strict=True))
+
+
+def _as_one(df: DataFrame) -> DataFrame:
+    """Equal rows as one (``driver_merge.summed`` in Spark): updates summed, or
+    each distinct row of a frame without diffs once."""
+    return linear.consolidate(df) if DIFF in df.columns else df.distinct()
 
 
 def _computed(df: DataFrame) -> DataFrame:

@@ -88,15 +88,23 @@ def laid_out(table: pa.Table, distinct: bool = False) -> pa.Table:
 
 def consolidated(table: pa.Table) -> pa.Table:
     """Equal updates summed, zeros dropped, ordered by key hash: the stored layout."""
+    return summed(table).sort_by(KEY_HASH)
+
+
+def summed(table: pa.Table) -> pa.Table:
+    """Equal rows as one, grouped as Spark groups them: updates with their diffs
+    summed and zeros dropped, or, without a diff column, each distinct row once.
+    The columns keep their order; the rows have none."""
     group = [c for c in table.column_names if c != DIFF]
     for name in group:
         column = table.column(name)
         if pa.types.is_floating(column.type):
             table = table.set_column(table.schema.get_field_index(name), name, _normalised(column))
-    summed = table.group_by(group, use_threads=False).aggregate([(DIFF, "sum")])
-    summed = summed.rename_columns([DIFF if c == f"{DIFF}_sum" else c for c in summed.column_names])
-    summed = summed.filter(pc.not_equal(summed.column(DIFF), 0))
-    return summed.sort_by(KEY_HASH).select(table.column_names)
+    if DIFF not in table.column_names:
+        return table.group_by(group, use_threads=False).aggregate([]).select(group)
+    out = table.group_by(group, use_threads=False).aggregate([(DIFF, "sum")])
+    out = out.rename_columns([DIFF if c == f"{DIFF}_sum" else c for c in out.column_names])
+    return out.filter(pc.not_equal(out.column(DIFF), 0)).select(table.column_names)
 
 
 def _normalised(values: pa.ChunkedArray) -> pa.ChunkedArray:
