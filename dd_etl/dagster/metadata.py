@@ -1,6 +1,7 @@
 """What a materialization tells about the asset, read from trace state and, for a
-view's row count and preview, from its files in the driver: no Spark job, so a
-tick's metadata costs no more as its views grow (``trace/summary.py``)."""
+view's row count and preview, from its files in the driver (``trace/summary.py``):
+one column of the view's files and a few keys' rows, where two Spark jobs each
+read and consolidated the whole view every tick."""
 
 from __future__ import annotations
 

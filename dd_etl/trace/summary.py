@@ -46,8 +46,7 @@ def first_rows(
     each repeated by its multiplicity: those of the keys with the smallest hashes.
     None when Spark should take them: a nested column (which the driver does not
     group by), or more than ``SAMPLED_RECORDS`` stored records to read."""
-    schema = spark_files.stored_schema(state)
-    if any(pa.types.is_nested(f.type) for f in arrow_schema(schema)):
+    if not driver_merge.groupable(arrow_schema(spark_files.stored_schema(state))):
         return None
     records = sum(f.records for f in files)
     data = spark_files.data_schema(state).fieldNames()
@@ -79,14 +78,16 @@ def _accumulated(
     data: list[str],
     limit: int,
 ) -> pa.Table:
-    """The first ``limit`` rows of ``files`` with key hashes below ``bound`` (if any), times
-    dropped, consolidated, in key hash order, each repeated by its (positive)
-    multiplicity."""
+    """The first ``limit`` rows of ``files`` with key hashes below ``bound`` (if
+    any), times dropped, consolidated, in key hash order, each repeated by its
+    (positive) multiplicity. A file not kept decoded already is read, not kept:
+    a few of its columns would take the place of all of them."""
     columns = [*data, KEY_HASH, DIFF]
     types = arrow_schema(spark_files.stored_schema(state))
     parts = []
     for file in files:
-        table = file_cache.files.read(Path(root) / file.path, columns).select(columns)
+        table = file_cache.files.read(Path(root) / file.path, columns, keep=False)
+        table = table.select(columns)
         if bound is not None:
             table = table.filter(pc.less(table.column(KEY_HASH), bound))
         parts.append(table.cast(_of(types, columns)))
