@@ -101,6 +101,11 @@ def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
         latest = accumulate(reference, None)
         assert delta.size() == sum(latest.values())
         assert_first_rows(delta, latest, limit=3)
+    # the size and the first rows are read in the driver: a trace with no Spark
+    driverless = DeltaTrace(None, delta.uri)  # type: ignore[arg-type]
+    assert driverless.size() == delta.size()
+    first = driverless.first_rows(3)
+    assert first is not None and first.equals(delta.first_rows(3))
     assert_descriptions_hold(spark, delta)
 
 

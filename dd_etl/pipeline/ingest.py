@@ -24,12 +24,11 @@ from dd_etl.errors import PipelineError, SourceError
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.progress import Progress
-from dd_etl.profiling import SPARK, Profiler, phase
+from dd_etl.profiling import Profiler
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes
 from dd_etl.sources.base import Capture, encode_position, read_position
-from dd_etl.trace.arrow_files import collect_each
-from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
 from dd_etl.trace.spark_files import estimated_bytes
 
 _SPARK_ERRORS = (PySparkException, Py4JJavaError)
@@ -122,16 +121,14 @@ def _capture(
 
 
 def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
-    """The batches of ``sources`` computed by one Spark job into the driver (None for
-    one of more than a file's worth, and for all when the job fails: each source
-    then takes its data in by itself, and its error names it)."""
-    plans = [c.trace.batch_plan(c.updates) for c in sources]
+    """The batches of ``sources`` computed into the driver (``collect_batches``: one
+    Spark job for up to eight; None for one of more than a file's worth, and for
+    all when a job fails: each source then takes its data in by itself, and its
+    error names it)."""
     try:
-        with phase(SPARK):
-            tables = collect_each([p.rows for p in plans], [p.at_most for p in plans])
+        return collect_batches([c.trace.batch_plan(c.updates) for c in sources])
     except _SPARK_ERRORS:
         return [None] * len(sources)
-    return [None if t is None else p.collected(t) for p, t in zip(plans, tables, strict=True)]
 
 
 @contextmanager

@@ -17,14 +17,12 @@ import pyarrow.compute as pc
 
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.trace import driver_merge, file_cache, spark_files
+from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH
 from dd_etl.trace.file_stats import hash_bounds
 from dd_etl.trace.spine import HASH_SPACE
 from dd_etl.trace.state import TraceState
-
-SAMPLED_RECORDS = 250_000
-"""Stored records a sample reads at most; past that Spark takes it."""
 
 LOWEST_HASH = -(1 << 63)
 
@@ -45,7 +43,7 @@ def first_rows(
     """Up to ``limit`` rows of the collection the files hold, every time accumulated,
     each repeated by its multiplicity: those of the keys with the smallest hashes.
     None when Spark should take them: a nested column (which the driver does not
-    group by), or more than ``SAMPLED_RECORDS`` stored records to read."""
+    group by), or more stored records to read than the driver keeps (``DRIVER_KEPT_RECORDS``)."""
     if not driver_merge.groupable(arrow_schema(spark_files.stored_schema(state))):
         return None
     records = sum(f.records for f in files)
@@ -57,7 +55,7 @@ def first_rows(
         width = -(-HASH_SPACE * wanted // max(records, 1))
         bound = LOWEST_HASH + width if width < HASH_SPACE else None  # exclusive
         chosen = [f for f in files if _starts_below(f, bound)]
-        if sum(f.records for f in chosen) > SAMPLED_RECORDS:
+        if sum(f.records for f in chosen) > DRIVER_KEPT_RECORDS:
             return None
         rows = _accumulated(root, state, chosen, bound, data, limit)
         if rows.num_rows >= limit or bound is None:
