@@ -9,12 +9,15 @@ bury its messages, so the JVM is started with its standard error kept aside and
 PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
 (``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
 The JVM starts from an archive of the classes it loaded before (``jvm_archive``),
-with the throughput collector (``DRIVER_GC``).
+with the throughput collector (``DRIVER_GC``); a server's, with the quick compiler
+only (``QUICK_COMPILER``) until a command is too large for it.
 
 A process that serves many commands (``dd_etl.server``) keeps its Spark only for
 commands that ask for the settings it was started with: ``settings_must_match``
 makes any other request raise ``SettingsDiffer`` instead of silently getting a
-session configured for another pipeline.
+session configured for another pipeline, and a run too large for a quick JVM
+raises ``NeedsFullCompiler`` (``full_compiler_for``) while nothing of its command
+is done, so the command starts over on a server whose JVM compiles fully.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from dd_etl.errors import ConfigError
 from dd_etl.jvm_archive import (
     archive_for,
     keep_at_exit,
@@ -54,6 +58,19 @@ DRIVER_GC = "-XX:+UseParallelGC"
 local Spark runs batches in the driver, where throughput is what counts, not the
 pause times the JDK's default (G1) trades it for: on two cores a 1 M-row load
 took 2-7 % less time, small epochs 4 % less, the demo's first run 0.4-0.9 s less."""
+QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
+"""How a server's JVM compiles: with C1 only, no optimizing compiler (C2). C2 works
+on Spark's code for the first minutes of a JVM, and on two cores it takes one
+of them from the command: the demo's first run took 8.2-8.8 s against
+10.9-11.6 s, its later runs 2.8-3.3 s against 2.9-4.3 s, and a fresh process
+loading 1 M rows 15.1-15.6 s against 18.8-19.8 s. But C1's code is slower once
+tasks run long: 10 M rows took 87 s against 54 s. A command that takes in more
+than ``quick_records()`` therefore moves to a server that compiles fully. A
+process of its own compiles fully: it may run anything, and cannot move."""
+QUICK_RECORDS_ENV = "DD_ETL_JVM_QUICK_RECORDS"
+"""The most records a run of a server's quick-compiling JVM takes in (default
+2,000,000); ``0``: servers compile fully from the start."""
+DEFAULT_QUICK_RECORDS = 2_000_000
 SPARK_LOGS_ENV = "DD_ETL_SPARK_LOGS"
 """Set (to anything but empty) to let Spark's own output reach standard error."""
 ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
@@ -68,11 +85,19 @@ class SettingsDiffer(BaseException):
     process where they must match. A ``BaseException``: no command may handle it."""
 
 
+class NeedsFullCompiler(SettingsDiffer):
+    """A command of a server whose JVM compiles quickly (``QUICK_COMPILER``) takes in
+    more than that JVM should run: it starts over on a server that compiles fully."""
+
+
 class _Spark:
     """What this process's Spark was started with, and whether it is kept to it."""
 
     started: Settings | None = None
     must_match = False
+    quick = False  # a JVM this process starts compiles quickly (a server's)
+    compiler: str | None = None  # how the running JVM compiles: "quick" or "full"
+    movable = False  # the running command may still start over on another JVM
 
 
 def session(
@@ -95,9 +120,14 @@ def session(
     if quiet:
         _silence_error_loggers()
     archive = None
+    if _starts_jvm():
+        _Spark.compiler = "full"
     if _starts_jvm() and not tunes_jvm(options):  # else the deployment's own JVM options
         archive = archive_for(options)
         options = with_java_options(options, DRIVER_GC)
+        if _Spark.quick and quick_records() > 0:
+            options = with_java_options(options, QUICK_COMPILER)
+            _Spark.compiler = "quick"
         if archive is not None:
             options = with_archive(options, archive)
     if quiet and _starts_jvm():
@@ -121,6 +151,40 @@ def settings_must_match() -> None:
     """From now on, a session asked for with other settings than the running Spark's
     raises ``SettingsDiffer``."""
     _Spark.must_match = True
+
+
+def compile_quickly() -> None:
+    """A JVM this process starts compiles quickly (``QUICK_COMPILER``): a server's,
+    whose commands can move to another server when they are too large for it."""
+    _Spark.quick = True
+
+
+def compiler() -> str | None:
+    """How this process's JVM compiles, ``quick`` or ``full``; None before it starts."""
+    return _Spark.compiler
+
+
+def quick_records() -> int:
+    value = os.environ.get(QUICK_RECORDS_ENV) or str(DEFAULT_QUICK_RECORDS)
+    if not value.strip().isdigit():
+        reason = f"{value!r} is not a number of records (0: servers compile fully)"
+        raise ConfigError("the environment", QUICK_RECORDS_ENV, reason)
+    return int(value)
+
+
+def command_movable(movable: bool) -> None:
+    """Whether the running command may still start over on another JVM: true at its
+    start, false once it completed something that starting over would repeat (a
+    pipeline tick: ``dd-etl run --epochs 3`` must not run a fourth)."""
+    _Spark.movable = movable
+
+
+def full_compiler_for(records: int) -> None:
+    """Raise ``NeedsFullCompiler`` if a run taking in ``records`` is too large for
+    this JVM's quick compiler and its command can still start over elsewhere; a
+    command that cannot runs on here, compiled as it is."""
+    if _Spark.compiler == "quick" and _Spark.movable and records > quick_records():
+        raise NeedsFullCompiler(f"{records} records are too many for a quick-compiling JVM")
 
 
 def _starts_jvm() -> bool:

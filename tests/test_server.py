@@ -2,7 +2,8 @@
 command run by it behaves as one run in its own process (streams, exit statuses,
 the user's Python views imported afresh), a server killed in the middle of a run
 or by its client going away loses nothing, a command asking for other Spark
-settings gets a server of its own, and an idle server exits."""
+settings gets a server of its own, one too large for a quick-compiling JVM starts
+over on a fully compiling one, and an idle server exits."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from dd_etl import spark
+from dd_etl.errors import ConfigError
+from dd_etl.runtime.sizing import records_at_most
 from dd_etl.server import client, identity, protocol
 from tests.support.child_process import alive
 from tests.support.pipeline_fixtures import VIEWS_MODULE, bag, change_data, oracle, write_pipeline
@@ -66,6 +70,31 @@ def test_the_digest_follows_the_spark_environment_only() -> None:
     assert identity.digest(env) != identity.digest({**env, "JAVA_HOME": "/opt/jdk"})
 
 
+def test_a_command_moves_to_a_fully_compiling_jvm_only_before_it_did_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spark._Spark, "compiler", "quick")
+    monkeypatch.setenv(spark.QUICK_RECORDS_ENV, "100")
+    spark.command_movable(True)
+    try:
+        spark.full_compiler_for(100)  # within the quick JVM's limit: runs here
+        with pytest.raises(spark.NeedsFullCompiler):
+            spark.full_compiler_for(101)
+        spark.command_movable(False)  # a tick done: starting over would repeat it
+        spark.full_compiler_for(10**9)
+        spark.command_movable(True)
+        monkeypatch.setattr(spark._Spark, "compiler", "full")
+        spark.full_compiler_for(10**9)
+        monkeypatch.setenv(spark.QUICK_RECORDS_ENV, "many")
+        with pytest.raises(ConfigError, match="DD_ETL_JVM_QUICK_RECORDS: 'many' is not a number"):
+            spark.quick_records()
+    finally:
+        spark.command_movable(False)
+    # Spark's estimate of a scan bounds its records; its default says nothing
+    assert records_at_most(16 * 2**20) == 2 * 2**20
+    assert records_at_most(2**63 - 1) == 0
+
+
 @pytest.mark.slow
 def test_commands_on_a_server_behave_as_in_their_own_process(tmp_path: Path) -> None:
     servers = tmp_path / "servers"
@@ -96,6 +125,7 @@ def test_commands_on_a_server_behave_as_in_their_own_process(tmp_path: Path) -> 
     assert "ran epoch 0" in ran.stderr
     first = server()
     assert first is not None and first["commands"] == 1
+    assert first["compiler"] == "quick"
 
     read = dd_etl("read", str(pipeline), "zoned", "--format", "csv")
     assert read.returncode == 0, read.stderr
@@ -138,6 +168,20 @@ def test_commands_on_a_server_behave_as_in_their_own_process(tmp_path: Path) -> 
     _wait_for(lambda: not alive(pid))
     resumed = dd_etl("run", str(pipeline))
     assert resumed.returncode == 0, resumed.stderr
+    for view in ("by_pc", "zoned"):
+        got = dd_etl("read", str(pipeline), view, "--format", "csv")
+        assert bag(_typed(_csv(got.stdout))) == oracle(tmp_path, view), view
+
+    # a run too large for the quick compiler starts over, before it took anything
+    # in, on a server whose JVM compiles fully
+    change_data(tmp_path, 3)
+    few = {spark.QUICK_RECORDS_ENV: "1"}  # another digest: a server of its own
+    moved = dd_etl("run", str(pipeline), **few)
+    assert moved.returncode == 0, moved.stderr
+    assert "ran epoch 3" in moved.stderr
+    full = client.ask(identity.server_for({**env, **few}).socket, {"kind": "status"})
+    assert full is not None and full["compiler"] == "full" and full["commands"] == 1
+    assert "starts over on a full server" in identity.server_for({**env, **few}).log.read_text()
     for view in ("by_pc", "zoned"):
         got = dd_etl("read", str(pipeline), view, "--format", "csv")
         assert bag(_typed(_csv(got.stdout))) == oracle(tmp_path, view), view

@@ -26,8 +26,9 @@ from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.progress import Progress
 from dd_etl.profiling import Profiler
 from dd_etl.runtime.epochs import epoch_of
-from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes
+from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes, records_at_most
 from dd_etl.sources.base import Capture, encode_position, read_position
+from dd_etl.spark import full_compiler_for
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
 from dd_etl.trace.spark_files import estimated_bytes
 
@@ -114,7 +115,9 @@ def _capture(
         changes = taken.changes
         if changes is None:
             changes = pipeline.flow.empty_updates(node.schema).drop("_time")
-        sizing = for_bytes(estimated_bytes(changes))
+        estimated = estimated_bytes(changes)
+        full_compiler_for(records_at_most(estimated))
+        sizing = for_bytes(estimated)
         updates = rt.source_updates(name, changes, epoch)
     meta = encode_position(taken.position)
     return _Captured(name, trace, updates, epoch, meta, taken.summary, sizing)

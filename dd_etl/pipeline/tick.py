@@ -37,6 +37,7 @@ from dd_etl.runtime.runner import PlanChanged
 from dd_etl.runtime.sizing import SMALL, for_records
 from dd_etl.sinks.delta_table import SinkCommit, commit_together
 from dd_etl.sources.base import Capture
+from dd_etl.spark import command_movable
 
 
 @dataclass
@@ -126,6 +127,7 @@ def tick_holding_lock(
         computed = [v for v in chosen if epoch_of(rt.trace(nodes[v]).state.upper) > epoch]
         report.sinks.update(sync_sinks(pipeline, computed, epoch, progress, profiler))
         failpoint("tick.sinks_committed")
+    command_movable(False)  # starting the command over would run this tick again
     report.profile = profiler.result()
     record_profile(pipeline.warehouse, epoch, report.profile)
     report.seconds = time.time() - started

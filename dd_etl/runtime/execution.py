@@ -70,6 +70,7 @@ from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import Sizing, for_records
+from dd_etl.spark import full_compiler_for
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch, collect_batches
@@ -132,9 +133,11 @@ def _execute(
     report = RunReport(lower, upper, refresh=refresh)
     if lower >= upper:
         return report
+    # 3. its size, from the trace logs; a large one may need a JVM compiling fully
+    records = records_read(rt, chosen, unmaintained, full, lower)
+    full_compiler_for(records)
     rt.discard_unmaintained(full)
-    # 3. its size, from the trace logs
-    sizing = for_records(records_read(rt, chosen, unmaintained, full, lower))
+    sizing = for_records(records)
     profiler.sizing = sizing.name
     interval = Interval(rt, lower, upper, full, sizing.driver_rows)
     with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:

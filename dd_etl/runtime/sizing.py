@@ -100,6 +100,19 @@ source's new data is taken in as a small interval. A few hundred changed rows
 are kilobytes; 20,000 records of a few columns are about a megabyte of parquet."""
 
 
+PARQUET_BYTES_PER_RECORD = 8
+"""About the fewest bytes of parquet a record takes (the benchmark's trips: 7.9 MB
+per million), so that bytes over it bound the records from above."""
+
+
+def records_at_most(estimated_bytes: int) -> int:
+    """The most records Spark's estimate of a scan's bytes allows; 0 when Spark has
+    no estimate (its default, ``Long.MaxValue``), which tells nothing."""
+    if estimated_bytes >= 2**62:
+        return 0
+    return estimated_bytes // PARQUET_BYTES_PER_RECORD
+
+
 def for_records(records: int) -> Sizing:
     return SMALL if records <= SMALL_INTERVAL_RECORDS else LARGE
 

@@ -70,8 +70,9 @@ def through_server(args: list[str], streams: Sequence[int] | None = None) -> int
         "env": {**_terminal_size(), **os.environ},
         "encoding": getattr(sys.stdout, "encoding", None),
     }
+    compiler = "quick"  # unless the command is too large for it (``server.Compiler``)
     for _ in range(3):  # a server may exit (idle, restart) just as we connect
-        connection = connect(files) or start(files)
+        connection = connect(files) or start(files, compiler)
         if connection is None:
             return None
         passed = _standard_streams() if streams is None else contextlib.nullcontext(list(streams))
@@ -93,6 +94,7 @@ def through_server(args: list[str], streams: Sequence[int] | None = None) -> int
                 return INTERRUPTED
             if not reply.get("restart"):
                 return int(reply["exit"])
+            compiler = str(reply.get("compiler", "quick"))
     return None
 
 
@@ -106,12 +108,14 @@ def connect(files: identity.Server) -> socket.socket | None:
     return connection
 
 
-def start(files: identity.Server) -> socket.socket | None:
-    """Start a server for ``files`` and connect to it (or to the one another client
-    started meanwhile); then ask the servers of older code to leave."""
+def start(files: identity.Server, compiler: str = "quick") -> socket.socket | None:
+    """Start a server for ``files``, its JVM compiling as ``compiler`` says, and
+    connect to it (or to the one another client started meanwhile); then ask the
+    servers of older code to leave."""
+    command = [sys.executable, "-m", "dd_etl.server.server", str(files.directory), files.digest]
     with open(files.log, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dd_etl.server.server", str(files.directory), files.digest],
+            [*command, compiler],
             cwd=os.path.dirname(identity.PACKAGE),  # what it imports dd_etl from, not the caller's
             stdin=subprocess.DEVNULL,
             stdout=log,

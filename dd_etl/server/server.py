@@ -1,13 +1,17 @@
 """The server process: one SparkSession kept between commands, one command at a time.
 
-``python -m dd_etl.server.server DIRECTORY DIGEST``, started by a client that found
-no server for its digest (``identity``). It holds a lock for its digest, so two
-clients starting one at once end up with one; listens on its socket; runs each
-command as ``dd-etl`` would, on the caller's streams, environment and working
-directory; and exits after its idle time, when asked to (``dd-etl server stop``), or
-when a command needs Spark settings other than its session's (the client then
-starts a new server). A command arriving while another runs is turned away and
-runs in its caller's process.
+``python -m dd_etl.server.server DIRECTORY DIGEST [quick|full]``, started by a
+client that found no server for its digest (``identity``). It holds a lock for its
+digest, so two clients starting one at once end up with one; listens on its
+socket; runs each command as ``dd-etl`` would, on the caller's streams,
+environment and working directory; and exits after its idle time, when asked to
+(``dd-etl server stop``), or when a command needs Spark settings other than its
+session's (the client then starts a new server). A command arriving while another
+runs is turned away and runs in its caller's process.
+
+Its JVM compiles ``quick`` (``dd_etl.spark.QUICK_COMPILER``) unless started
+``full``: a command too large for the quick compiler raises ``NeedsFullCompiler``
+before it has done anything, and the client starts it over on a ``full`` server.
 
 A client that goes away in the middle of a command (Ctrl-C, killed) takes the
 server with it, at once: a run is crash-safe, and stopping is what its own process
@@ -30,7 +34,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, get_args
 
 from dd_etl.errors import INTERNAL_ERROR
 from dd_etl.server import identity, protocol
@@ -39,6 +43,8 @@ ACCEPT_SECONDS = 1.0
 """How often the listener looks at the idle clock between connections."""
 REQUEST_SECONDS = 10.0
 """How long a connected client may take to say what it wants."""
+Compiler = Literal["quick", "full"]
+"""How a server's JVM compiles (``dd_etl.spark.QUICK_COMPILER``)."""
 
 
 @dataclass
@@ -58,8 +64,11 @@ class _State:
 
 
 class Server:
-    def __init__(self, files: identity.Server, lock: int, idle_seconds: float) -> None:
+    def __init__(
+        self, files: identity.Server, lock: int, idle_seconds: float, compiler: Compiler = "quick"
+    ) -> None:
         self.files = files
+        self.compiler = compiler
         self.lock: int | None = lock
         self.idle_seconds = idle_seconds
         self.state = _State()
@@ -70,9 +79,11 @@ class Server:
     def serve(self) -> None:
         """Serve until idle, stopped or restarted; then leave the socket to the next
         server before Spark shuts down."""
-        from dd_etl.spark import settings_must_match
+        from dd_etl.spark import compile_quickly, settings_must_match
 
         settings_must_match()
+        if self.compiler == "quick":
+            compile_quickly()
         self.files.socket.unlink(missing_ok=True)  # a server killed before left it
         self.listener.bind(str(self.files.socket))
         os.chmod(self.files.socket, 0o600)
@@ -86,7 +97,7 @@ class Server:
                 self.state.busy = False
                 self.state.commands += 1
                 self.state.last_active = time.monotonic()
-                if restart or self.state.stopping:
+                if restart is not None or self.state.stopping:
                     break
         self.leave()
 
@@ -154,7 +165,7 @@ class Server:
         connection.close()
 
     def _status(self) -> dict[str, Any]:
-        from dd_etl.spark import running_settings
+        from dd_etl.spark import compiler, running_settings
 
         settings = running_settings()
         return {
@@ -166,10 +177,12 @@ class Server:
             "busy": self.state.busy,
             "idle": round(time.monotonic() - self.state.last_active, 1),
             "master": settings[0] if settings else None,
+            "compiler": compiler(),
         }
 
-    def _run(self, command: _Command) -> bool:
-        """Run one command; whether the server must make way for a new one."""
+    def _run(self, command: _Command) -> Compiler | None:
+        """Run one command; how the server that must make way for this one compiles,
+        or None if it stays."""
         connection = command.connection
         started = time.monotonic()
         try:
@@ -177,17 +190,19 @@ class Server:
         except OSError:
             for fd in command.fds:
                 os.close(fd)
-            return False  # gone before it began: nothing to do
+            return None  # gone before it began: nothing to do
         done = threading.Event()
         threading.Thread(target=self._watch, args=(connection, done), daemon=True).start()
         _log(f"running {command.request.get('args')}")
         code, restart = _run_command(command.request, command.fds)
         done.set()
-        if restart:
+        if restart is not None:
             self.leave()  # the next server binds the socket while this one exits
-        _log(f"{command.request.get('args')}: exit {code} in {time.monotonic() - started:.1f}s")
+        outcome = f"exit {code}" if restart is None else f"starts over on a {restart} server"
+        _log(f"{command.request.get('args')}: {outcome} in {time.monotonic() - started:.1f}s")
+        reply = {"exit": code} if restart is None else {"restart": True, "compiler": restart}
         with contextlib.suppress(OSError):
-            protocol.send(connection, {"restart": True} if restart else {"exit": code})
+            protocol.send(connection, reply)
             connection.shutdown(socket.SHUT_RDWR)
         connection.close()
         return restart
@@ -203,15 +218,16 @@ class Server:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _run_command(request: dict[str, Any], fds: list[int]) -> tuple[int, bool]:
+def _run_command(request: dict[str, Any], fds: list[int]) -> tuple[int, Compiler | None]:
     """Run ``dd-etl ARGS`` as the caller's own process would: its streams, environment
-    and directory. Returns the exit status, and whether the command needs another
-    server (its Spark settings are not this one's)."""
+    and directory. Returns the exit status, and how the server it must start over on
+    compiles, if it must (its Spark settings are not this one's, or it is too
+    large for a quick compiler)."""
     from dd_etl import failpoints
     from dd_etl.cli import consoles
     from dd_etl.cli.app import app
     from dd_etl.cli.render import DEBUG
-    from dd_etl.spark import SettingsDiffer
+    from dd_etl.spark import NeedsFullCompiler, SettingsDiffer, command_movable
 
     args = [str(a) for a in request["args"]]
     saved = (sys.stdin, sys.stdout, sys.stderr, sys.argv, dict(os.environ), os.getcwd())
@@ -229,18 +245,22 @@ def _run_command(request: dict[str, Any], fds: list[int]) -> tuple[int, bool]:
     DEBUG["on"] = False
     failpoints.rearm()
     consoles.refit()
+    command_movable(True)
     try:
         os.chdir(request["cwd"])
         app(args=args, prog_name="dd-etl")
-        return 0, False
+        return 0, None
     except SystemExit as e:
-        return _exit_status(e.code), False
+        return _exit_status(e.code), None
+    except NeedsFullCompiler:
+        return 0, "full"
     except SettingsDiffer:
-        return 0, True
+        return 0, "quick"
     except BaseException:  # what a process would print; the server goes on
         traceback.print_exc(file=sys.stderr)
-        return INTERNAL_ERROR, False
+        return INTERNAL_ERROR, None
     finally:
+        command_movable(False)
         for stream in streams:
             with contextlib.suppress(OSError, ValueError):
                 stream.close()
@@ -304,10 +324,14 @@ def _log(message: str) -> None:
 
 def main() -> None:
     files = identity.Server(Path(sys.argv[1]), sys.argv[2])
+    given = sys.argv[3] if len(sys.argv) > 3 else "quick"
+    if given not in get_args(Compiler):
+        sys.exit(f"unknown compiler {given!r}: expected one of {get_args(Compiler)}")
     lock = _take_lock(files)
     if lock is None:
         return  # another server for this digest is starting or serving
-    server = Server(files, lock, identity.idle_seconds(os.environ))
+    compiler: Compiler = "full" if given == "full" else "quick"
+    server = Server(files, lock, identity.idle_seconds(os.environ), compiler)
     try:
         server.serve()
     finally:
