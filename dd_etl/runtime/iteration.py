@@ -28,6 +28,7 @@ bounded by ``e``), and those appends are no-ops.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -230,6 +231,10 @@ class LoopRun:
         ``t``. A node none of whose inputs changed at ``t``, with nothing staged
         or scheduled there, is skipped without running anything."""
         emitted: dict[str, DataFrame | None] = {}
+        held: dict[str, pa.Table | None] = {}  # the driver's rows of ``emitted``, where known
+
+        def rows(node: n.Node) -> pa.Table | None:
+            return held.get(node.id)
 
         def live(node: n.Node) -> bool:
             if node.id in emitted:
@@ -244,10 +249,17 @@ class LoopRun:
             return _pad(outer(node), len(t)) if live(node) else st.nothing(node, len(t))
 
         for node in body_of(loop):
-            emitted[node.id] = self._emit(node, st, t, changes, live, work)
+            emitted[node.id] = self._emit(node, st, t, changes, live, work, rows)
+            if emitted[node.id] is not None:
+                held[node.id] = _rows_emitted(node, st, t, rows)
         if live(loop.result):
             last = iterations(len(t))[-1]
-            st.stage(loop.variable, changes(loop.result).withColumn(last, F.col(last) + 1))
+            fed_back = rows(loop.result)
+            st.stage(
+                loop.variable,
+                changes(loop.result).withColumn(last, F.col(last) + 1),
+                rows=None if fed_back is None else _next_iteration(fed_back, last),
+            )
 
     def _emit(
         self,
@@ -257,16 +269,18 @@ class LoopRun:
         changes: Changes,
         live: Callable[[n.Node], bool],
         work: _Work,
+        rows: Callable[[n.Node], pa.Table | None],
     ) -> DataFrame | None:
         """``node``'s updates at ``t`` (and any it lands later), or ``None`` if it
-        has none."""
+        has none. ``rows``: the driver's rows of a node's updates at ``t``, where
+        it holds them."""
         ins = node.inputs
         k = t[-1]
         if isinstance(node, n.Variable):
             return st.at(node, t) if work.staged(node.id, k) else None
         if isinstance(node, n.Arrange):
             if live(ins[0]):
-                st.stage(node, changes(ins[0]))
+                st.stage(node, changes(ins[0]), rows=rows(ins[0]))
             elif not work.staged(_home(node).id, k):
                 return None
             return st.at(node, t)
@@ -349,9 +363,11 @@ class _Work:
 class _EpochState:
     """The updates of one epoch of a loop nest so far, per stateful node,
     computed after every change so no round's plan grows with the rounds before
-    it (``_hold``: into the driver in a small interval, else checkpointed). A node
-    inside ``d`` loops carries ``d`` iteration columns; read from deeper inside,
-    it is padded with zeros (it entered there at 0)."""
+    it (``_hold``: into the driver in a small interval, else checkpointed); what
+    follows from rows the driver holds already (the result fed back to the
+    variable, a renaming of it) it stages itself, with no job (``_stage_held``).
+    A node inside ``d`` loops carries ``d`` iteration columns; read from deeper
+    inside, it is padded with zeros (it entered there at 0)."""
 
     def __init__(self, run: LoopRun, epoch: int) -> None:
         self.run = run
@@ -454,14 +470,18 @@ class _EpochState:
         node: n.Node,
         updates: DataFrame,
         scheduled: tuple[DataFrame, LoopTime] | None = None,
+        rows: pa.Table | None = None,
     ) -> None:
         """Stage ``updates`` of ``node``; for a reduction at round ``t``, with
         ``scheduled = (times, t)``, the keys it must evaluate again at later
-        ``times`` too, computed with them (they read the same history)."""
+        ``times`` too, computed with them (they read the same history). ``rows``:
+        the driver's rows of ``updates``, if it holds them."""
         if _home(node) is not node:
             return  # the variable's own staging already holds these updates
         cols = [*node.columns, *iterations(self.depth(node)), DIFF]
         both = self.staged(node).unionByName(updates.select(*cols))
+        if rows is not None and scheduled is None and self._stage_held(node, both, rows):
+            return
         frames = {("staged", node.id): both}
         if scheduled is not None:
             times, t = scheduled
@@ -470,8 +490,33 @@ class _EpochState:
             frames["due", node.id] = kept
         self._hold(frames, summed=True)
 
+    def _stage_held(self, node: n.Node, both: DataFrame, rows: pa.Table) -> bool:
+        """Hold ``both``, the node's staging plus new updates whose ``rows`` the
+        driver holds, summed by the driver with no Spark job, if it holds the
+        staging's rows too; whether it could."""
+        schema = arrow_schema(both.schema)
+        held = self._rows.get(("staged", node.id))
+        if (node.id in self._staged and held is None) or not driver_merge.groupable(schema):
+            return False
+        parts = [rows] if held is None else [held, rows]
+        summed = driver_merge.summed(
+            pa.concat_tables([p.select(both.columns).cast(schema) for p in parts])
+        )
+        self._staged[node.id] = local_relation(both.sparkSession, summed, both.schema)
+        self._rows["staged", node.id] = summed
+        return True
+
     def at(self, node: n.Node, t: LoopTime) -> DataFrame:
         return self.staged(node).where(at(t))
+
+    def rows_at(self, node: n.Node, t: LoopTime) -> pa.Table | None:
+        """``at(node, t)``'s rows, if the driver holds the node's staging."""
+        table = self._rows.get(("staged", _home(node).id))
+        if table is None:
+            return None
+        for column, value in zip(iterations(len(t)), t, strict=True):
+            table = table.filter(pc.equal(table.column(column), value))
+        return table
 
     def leaving(self, variable: n.Variable, prefix: LoopTime) -> DataFrame:
         """The loop's output changes at ``prefix``: its variable's updates there,
@@ -634,6 +679,43 @@ def _pad(df: DataFrame, depth: int) -> DataFrame:
     if not missing:
         return df
     return df.select(*columns, *[F.lit(0).cast("long").alias(c) for c in missing])
+
+
+def _rows_emitted(
+    node: n.Node, st: _EpochState, t: LoopTime, rows: Callable[[n.Node], pa.Table | None]
+) -> pa.Table | None:
+    """The driver's rows of ``node``'s updates at ``t``, where they follow from rows
+    it holds with no Spark job: a staged node's, or a plain projection of them."""
+    if isinstance(node, n.Variable | n.Arrange | n.Reduce):
+        return st.rows_at(node, t)
+    if not isinstance(node, n.Select):
+        return None
+    given = rows(node.inputs[0])
+    return None if given is None else _projected(node, given)
+
+
+_COLUMN = re.compile(r"`?([A-Za-z_][A-Za-z0-9_]*)`?")
+
+
+def _projected(node: n.Select, rows: pa.Table) -> pa.Table | None:
+    """A select of column references, renamed or not, applied to the driver's rows;
+    None for one that computes anything."""
+    outputs = [*((e, None) for e in node.exprs), *((e, name) for name, e in node.named)]
+    picked, names = [], []
+    for expr, name in outputs:
+        found = _COLUMN.fullmatch(expr) if isinstance(expr, str) else None
+        if found is None or found.group(1) not in rows.column_names:
+            return None
+        picked.append(found.group(1))
+        names.append(name or found.group(1))
+    book = [c for c in rows.column_names if c == DIFF or c.startswith(TIME)]
+    return rows.select([*picked, *book]).rename_columns([*names, *book])
+
+
+def _next_iteration(rows: pa.Table, column: str) -> pa.Table:
+    """``rows`` one iteration of ``column`` later."""
+    i = rows.column_names.index(column)
+    return rows.set_column(i, column, pc.add(rows.column(column), 1))
 
 
 def _home(node: n.Node) -> n.Node:
