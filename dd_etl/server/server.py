@@ -11,7 +11,8 @@ runs is turned away and runs in its caller's process.
 
 Its JVM compiles ``quick`` (``dd_etl.spark.QUICK_COMPILER``) unless started
 ``full``: a command too large for the quick compiler raises ``NeedsFullCompiler``
-before it has done anything, and the client starts it over on a ``full`` server.
+before its first large Spark job, and the client starts it over on a ``full``
+server.
 
 A client that goes away in the middle of a command (Ctrl-C, killed) takes the
 server with it, at once: a run is crash-safe, and stopping is what its own process
