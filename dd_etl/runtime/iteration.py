@@ -512,11 +512,7 @@ class _EpochState:
     def rows_at(self, node: n.Node, t: LoopTime) -> pa.Table | None:
         """``at(node, t)``'s rows, if the driver holds the node's staging."""
         table = self._rows.get(("staged", _home(node).id))
-        if table is None:
-            return None
-        for column, value in zip(iterations(len(t)), t, strict=True):
-            table = table.filter(pc.equal(table.column(column), value))
-        return table
+        return None if table is None else _rows_at(table, t)
 
     def leaving(self, variable: n.Variable, prefix: LoopTime) -> DataFrame:
         """The loop's output changes at ``prefix``: its variable's updates there,
@@ -649,14 +645,21 @@ class _EpochState:
 def _per_iteration(table: pa.Table, prefix: LoopTime) -> dict[int, int]:
     """The rows of ``table`` at ``prefix`` (the iterations of the loops around),
     counted per iteration of the loop inside it."""
-    names = iterations(len(prefix) + 1)
-    for column, value in zip(names[:-1], prefix, strict=True):
-        table = table.filter(pc.equal(table.column(column), value))
+    table = _rows_at(table, prefix)
     if not table.num_rows:
         return {}
-    counts = table.group_by(names[-1]).aggregate([([], "count_all")])
-    iteration, count = counts.column(names[-1]).to_pylist(), counts.column("count_all").to_pylist()
+    inner = iterations(len(prefix) + 1)[-1]
+    counts = table.group_by(inner).aggregate([([], "count_all")])
+    iteration, count = counts.column(inner).to_pylist(), counts.column("count_all").to_pylist()
     return dict(zip(iteration, count, strict=True))
+
+
+def _rows_at(table: pa.Table, t: LoopTime) -> pa.Table:
+    """The rows of ``table`` whose first ``len(t)`` iterations are ``t`` (``at``, in the
+    driver)."""
+    for column, value in zip(iterations(len(t)), t, strict=True):
+        table = table.filter(pc.equal(table.column(column), value))
+    return table
 
 
 def _as_one(df: DataFrame) -> DataFrame:
