@@ -49,3 +49,30 @@ def test_every_module_imports_alone() -> None:
     )
     failures = json.loads(done.stdout.strip().splitlines()[-1])
     assert failures == {}, "\n".join(f"{m}:\n{tb}" for m, tb in failures.items())
+
+
+# Dagster starts every run, and its daemon every evaluation, in a process that
+# loads the code location: the definitions are built from the pipeline files
+# alone, and Spark, Arrow and the runtime are imported by the step that needs them.
+LOAD_DEFINITIONS = """
+import json, sys
+from dd_etl.dagster import pipeline_definitions
+defs = pipeline_definitions([sys.argv[1]])
+jobs = defs.get_repository_def().get_all_jobs()
+heavy = ("pyspark", "pyarrow", "deltalake", "dd_etl.runtime", "dd_etl.trace")
+print(json.dumps({"jobs": len(jobs), "loaded": sorted(m for m in heavy if m in sys.modules)}))
+"""
+
+
+def test_loading_the_dagster_definitions_imports_no_spark() -> None:
+    demo = PACKAGE.parent / "assets" / "taxi" / "pipeline.yaml"
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_DEFINITIONS, str(demo)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=PACKAGE.parent,
+    )
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["jobs"] >= 4  # the tick, the backfills, the audit
+    assert loaded["loaded"] == []

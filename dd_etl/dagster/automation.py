@@ -17,7 +17,6 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 from dd_etl.dagster.names import PIPELINE_TAG, identifier
 from dd_etl.errors import PipelineError
 from dd_etl.pipeline.config import LoadedConfig, load_config
-from dd_etl.pipeline.status import source_signatures, tick_due
 
 TickJob = dg.JobDefinition | UnresolvedAssetJobDefinition  # what define_asset_job returns
 
@@ -54,6 +53,8 @@ def tick_schedule(
         description=f"Ingest tick of {name}, skipped when no source has new data",
     )
     def schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        from dd_etl.pipeline.status import tick_due
+
         if _tick_running(context.instance, name):
             return dg.SkipReason("a tick of this pipeline is still running")
         try:
@@ -85,6 +86,8 @@ def source_sensor(
         description=f"Starts a tick of {name} when one of its sources has new data",
     )
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        from dd_etl.pipeline.status import source_signatures, tick_due
+
         current = load_config(file)
         seen = json.loads(context.cursor) if context.cursor else {}
         try:

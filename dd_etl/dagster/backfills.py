@@ -8,9 +8,13 @@
 
 Each run is idempotent: an epoch already committed is skipped, a restatement with
 nothing to correct commits nothing. Impossible requests fail with a message.
+
+No ``from __future__ import annotations``: Dagster reads each op's config and
+resource types from its annotations (the types only a run needs are quoted).
 """
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
@@ -18,11 +22,10 @@ from pydantic import Field
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import failures, logged_progress, open_for
-from dd_etl.pipeline.build import Pipeline
-from dd_etl.pipeline.history import load_history
-from dd_etl.pipeline.rebuild import rebuild_views
-from dd_etl.pipeline.restate import restate
-from dd_etl.pipeline.tick import TickReport, run_tick
+
+if TYPE_CHECKING:
+    from dd_etl.pipeline.build import Pipeline
+    from dd_etl.pipeline.tick import TickReport
 
 
 class LoadHistoryConfig(dg.Config):
@@ -50,7 +53,7 @@ class RestateConfig(dg.Config):
     ``pickup_date = '2026-01-03'``; default: the whole source."""
 
 
-def _epoch_events(pipeline: Pipeline, report: TickReport) -> list[dg.AssetMaterialization]:
+def _epoch_events(pipeline: "Pipeline", report: "TickReport") -> list[dg.AssetMaterialization]:
     """What an epoch of a backfill did, on the assets it touched."""
     events = [
         dg.AssetMaterialization(
@@ -75,11 +78,13 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     def load(
         context: dg.OpExecutionContext, config: LoadHistoryConfig, spark: SparkResource
     ) -> int:
+        from dd_etl.pipeline.history import load_history
+
         with failures():
             pipeline = open_for(file, spark)
             progress, _ = logged_progress(context.log.info)
 
-            def epoch_done(report: TickReport) -> None:
+            def epoch_done(report: "TickReport") -> None:
                 for event in _epoch_events(pipeline, report):
                     context.log_event(event)
                 context.log.info(f"epoch {report.epoch} committed: {report.sources}")
@@ -101,6 +106,9 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     def rebuild(
         context: dg.OpExecutionContext, config: RebuildConfig, spark: SparkResource
     ) -> list[str]:
+        from dd_etl.pipeline.rebuild import rebuild_views
+        from dd_etl.pipeline.tick import run_tick
+
         with failures():
             pipeline = open_for(file, spark)
             names = rebuild_views(pipeline, config.views, config.from_epoch)
@@ -116,6 +124,8 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     def restatement(
         context: dg.OpExecutionContext, config: RestateConfig, spark: SparkResource
     ) -> int | None:
+        from dd_etl.pipeline.restate import restate
+
         with failures():
             pipeline = open_for(file, spark)
             progress, _ = logged_progress(context.log.info)
@@ -144,5 +154,5 @@ def backfill_jobs(file: Path, name: str) -> list[dg.JobDefinition]:
     return [load_job, rebuild_job, restate_job]
 
 
-def _range(reports: list[TickReport]) -> str:
+def _range(reports: list["TickReport"]) -> str:
     return f"{reports[0].epoch}..{reports[-1].epoch}" if reports else "none (already loaded)"

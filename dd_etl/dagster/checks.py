@@ -5,17 +5,15 @@ its own step, sampled on large views)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from dd_etl.dagster.names import asset_key
-from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.config import LoadedConfig
-from dd_etl.pipeline.verify import verify
-from dd_etl.plan import nodes as n
-from dd_etl.runtime.epochs import epoch_of
-from dd_etl.trace.audit import audit
-from dd_etl.trace.errors import TraceNotFound
+
+if TYPE_CHECKING:
+    from dd_etl.pipeline.build import Pipeline
 
 INVARIANTS = "trace_invariants"
 FRESHNESS = "freshness"
@@ -45,6 +43,9 @@ def cheap_check_specs(loaded: LoadedConfig) -> list[dg.AssetCheckSpec]:
 
 
 def invariants_result(pipeline: Pipeline, table: str) -> dg.AssetCheckResult:
+    from dd_etl.trace.audit import audit
+    from dd_etl.trace.errors import TraceNotFound
+
     node = pipeline.flow.sources.get(table) or pipeline.flow.views[table]
     uri = str(pipeline.warehouse / str(node.trace_name))
     try:
@@ -65,6 +66,9 @@ def invariants_result(pipeline: Pipeline, table: str) -> dg.AssetCheckResult:
 
 
 def freshness_result(pipeline: Pipeline, view: str, max_lag: int) -> dg.AssetCheckResult:
+    from dd_etl.plan import nodes as n
+    from dd_etl.runtime.epochs import epoch_of
+
     rt = pipeline.runtime
     upstream = [x for x in rt.upstream_of(view) if isinstance(x, n.Source)]
     sources = min((epoch_of(rt.trace(s).reload().upper) for s in upstream), default=0)
@@ -94,6 +98,8 @@ def equivalence_specs(loaded: LoadedConfig) -> list[dg.AssetCheckSpec]:
 def equivalence_results(
     pipeline: Pipeline, views: list[str], sample_above: int | None
 ) -> Iterator[dg.AssetCheckResult]:
+    from dd_etl.pipeline.verify import verify
+
     report = verify(pipeline, views, sample_above=sample_above)
     wrong = {m.what.removeprefix("view "): m for m in report.mismatches}
     for view in views:

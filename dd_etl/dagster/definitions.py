@@ -17,7 +17,6 @@ from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import failures, open_for
 from dd_etl.pipeline.config import LoadedConfig, load_config, warehouse_of
-from dd_etl.trace.maintenance import maintain_warehouse
 
 SAMPLE_ABOVE = 1_000_000
 """Views with more records than this are audited on a hash sample of that many."""
@@ -40,6 +39,8 @@ def maintenance_job(warehouse: Path, name: str = "trace") -> dg.JobDefinition:
     def maintain_traces(
         context: dg.OpExecutionContext, config: MaintenanceConfig, spark: SparkResource
     ) -> dg.Output[int]:
+        from dd_etl.trace.maintenance import maintain_warehouse
+
         reports = maintain_warehouse(
             spark.session(), warehouse, config.fuel, config.retention_hours
         )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import SparkSession
 
-from dd_etl.spark import session
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
@@ -24,6 +25,8 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     ) -> SparkSession:
         """The process's session (Spark keeps one per process: the first run's
         settings hold for the steps after it)."""
+        from dd_etl.spark import session
+
         return session(
             "dd_etl-dagster", master=self.master or master, conf={**(conf or {}), **self.conf}
         )

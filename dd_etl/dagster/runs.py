@@ -8,14 +8,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.errors import DdEtlError
-from dd_etl.pipeline.build import Pipeline, open_pipeline
 from dd_etl.pipeline.config import load_config
 from dd_etl.pipeline.progress import Progress
+
+if TYPE_CHECKING:
+    from dd_etl.pipeline.build import Pipeline
 
 Log = Callable[[str], None]
 
@@ -39,6 +42,8 @@ def logged_progress(log: Log) -> tuple[Progress, dict[str, float]]:
 
 def open_for(file: Path, spark: SparkResource) -> Pipeline:
     """The pipeline on the resource's Spark (its own settings unless overridden)."""
+    from dd_etl.pipeline.build import open_pipeline
+
     settings = load_config(file).config.spark
     return open_pipeline(file, spark.session(settings.master, settings.conf))
 

@@ -20,19 +20,19 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from dd_etl.dagster.checks import FRESHNESS, INVARIANTS, freshness_result, invariants_result
-from dd_etl.dagster.metadata import source_metadata, view_metadata
 from dd_etl.dagster.names import asset_key
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import Log, failure, failures, logged_progress, open_for
 from dd_etl.errors import DdEtlError
-from dd_etl.pipeline.build import Pipeline
-from dd_etl.pipeline.tick import run_tick
 from dd_etl.server import client, identity
+
+if TYPE_CHECKING:
+    from dd_etl.pipeline.build import Pipeline
 
 Result = dg.MaterializeResult[Any] | dg.AssetCheckResult
 COMMAND = "dagster-step"
@@ -102,6 +102,9 @@ def run(step: Step, log: Log) -> Iterator[Result]:
 def materialize(
     pipeline: Pipeline, sources: list[str], views: list[str], log: Log
 ) -> Iterator[dg.MaterializeResult[Any]]:
+    from dd_etl.dagster.metadata import source_metadata, view_metadata
+    from dd_etl.pipeline.tick import run_tick
+
     rt = pipeline.runtime
     lowers = {v: rt.trace(pipeline.flow.views[v]).reload().upper.epoch_bound() or 0 for v in views}
     progress, finished = logged_progress(log)
