@@ -4,9 +4,9 @@
 ``pipeline_definitions`` builds the same ``Definitions`` from Python.
 
 Dagster loads the code location in every run's process and in its daemon's
-evaluations, so building the definitions reads the pipeline files only: Spark,
-Arrow and the runtime are imported inside the steps, sensors and schedules that
-use them (0.2 s less per process; the demo's step goes to the dd_etl server).
+evaluations, and a run's step mostly goes to the dd_etl server: so building the
+definitions reads the pipeline files only, and Spark, Arrow and the runtime are
+imported inside the steps, sensors, schedules and ops that use them.
 """
 
 from dd_etl.dagster.component import PipelineComponent
