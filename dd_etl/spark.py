@@ -114,14 +114,13 @@ def session(
     settings: Settings = (master, tuple(sorted((conf or {}).items())))
     if _starts_jvm():
         _Spark.started = settings
+        _Spark.compiler = "full"  # unless made quick below
     elif _Spark.must_match and settings != _Spark.started:
         raise SettingsDiffer(f"Spark runs with {_Spark.started}, asked for {settings}")
     quiet = not os.environ.get(SPARK_LOGS_ENV)
     if quiet:
         _silence_error_loggers()
     archive = None
-    if _starts_jvm():
-        _Spark.compiler = "full"
     if _starts_jvm() and not tunes_jvm(options):  # else the deployment's own JVM options
         archive = archive_for(options)
         options = with_java_options(options, DRIVER_GC)

@@ -35,7 +35,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO, get_args
+from typing import Any, Literal, TextIO, cast, get_args
 
 from dd_etl.errors import INTERNAL_ERROR
 from dd_etl.server import identity, protocol
@@ -331,8 +331,7 @@ def main() -> None:
     lock = _take_lock(files)
     if lock is None:
         return  # another server for this digest is starting or serving
-    compiler: Compiler = "full" if given == "full" else "quick"
-    server = Server(files, lock, identity.idle_seconds(os.environ), compiler)
+    server = Server(files, lock, identity.idle_seconds(os.environ), cast(Compiler, given))
     try:
         server.serve()
     finally:
