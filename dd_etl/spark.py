@@ -41,6 +41,7 @@ from dd_etl.jvm_archive import (
     with_java_options,
 )
 
+CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.adaptive.enabled": "true",
@@ -52,6 +53,10 @@ DEFAULT_CONF: dict[str, str] = {
     # PySpark otherwise records the Python call site of every DataFrame call in the
     # JVM (several round trips each): about a third of planning a run's ~1,500 calls.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Spark keeps the classes it generated for 100 plans by default: a run of a dozen
+    # traces makes more, so every run compiled them all again (about 200 classes an
+    # epoch at 10 M trips) and the JVM then compiled those to machine code anew.
+    CODEGEN_CACHE: "4096",
 }
 DRIVER_GC = "-XX:+UseParallelGC"
 """The driver's garbage collector, unless the deployment tunes the JVM itself. A

@@ -30,7 +30,8 @@ from pyspark.sql.types import (
 )
 
 from dd_etl.lattice import Antichain
-from dd_etl.trace import arrow_files, delta_log, spark_files
+from dd_etl.runtime.sizing import applied, medium
+from dd_etl.trace import arrow_files, delta_log, delta_trace, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import (
@@ -41,6 +42,7 @@ from dd_etl.trace.delta_trace import (
 )
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
+from dd_etl.trace.placement import BULK, DRIVER, LOOKUPS, Placement
 from dd_etl.trace.trace import Trace
 from tests.support.kv_trace import SCHEMA, contents, frame
 from tests.support.model_storage import Update, accumulate, consolidate, model_trace
@@ -205,8 +207,10 @@ def test_a_merge_of_few_records_needs_no_spark(spark: SparkSession, tmp_path: Pa
 
 
 def test_key_lookups_read_only_files_that_can_hold_the_keys(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Spark's lookups in a large trace collect the keys' hashes to prune the files
+    they read; a trace of few records is scanned whole, with no job before."""
     trace = new_trace(spark, tmp_path / "t", rows_per_file=10)
     trace.register_reader("r")
     trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(400)]), e(0), e(1))
@@ -216,7 +220,10 @@ def test_key_lookups_read_only_files_that_can_hold_the_keys(
     files = trace.files()
     assert len(files) >= 40
     probe = spark.createDataFrame([(7,), (200,), (1000,)], "k long")
-    touched = trace._files_for_keys(files, probe)
+    few = jobs_of(spark, "few", lambda: trace._files_for_keys(files, probe, LOOKUPS))
+    assert few == 0 and len(trace._files_for_keys(files, probe, LOOKUPS)) == len(files)
+    monkeypatch.setattr(delta_trace, "WHOLE_SCAN_RECORDS", 100)  # 600 records are many
+    touched = trace._files_for_keys(files, probe, LOOKUPS)
     assert 1 <= len(touched) <= 2 * 3  # at most one file per key per batch
     assert contents(trace.read_at((1,), keys=probe)) == {(7, "x"): 1, (200, "x"): 1, (200, "y"): 1}
 
@@ -509,9 +516,10 @@ def test_files_written_by_the_driver_and_by_spark_read_back_alike(
         for k in range(5)
     ]
     updates = [*schema.fieldNames(), TIME, DIFF]
-    for epoch, batch in enumerate([rows[:2], rows[2:]]):  # 2 rows: driver; 3: Spark
+    for epoch, (batch, placement) in enumerate([(rows[:2], DRIVER), (rows[2:], BULK)]):
         df = spark.createDataFrame([(*r, epoch, 1) for r in batch], [*updates])
-        trace.compare_and_append(df.select(*[F.col(c) for c in updates]), e(epoch), e(epoch + 1))
+        columns = df.select(*[F.col(c) for c in updates])
+        trace.compare_and_append(columns, e(epoch), e(epoch + 1), placement=placement)
     writers = {
         pq.ParquetFile(tmp_path / "t" / f.path).metadata.created_by.split()[0]
         for f in trace.files()
@@ -520,8 +528,8 @@ def test_files_written_by_the_driver_and_by_spark_read_back_alike(
     expected = {r: 1 for r in rows}
 
     def read(local: bool) -> dict[tuple[object, ...], int]:
-        trace.local_reads = local
-        return {tuple(r[:4]): r[4] for r in trace.read_at((1,)).collect()}
+        placement = DRIVER if local else BULK
+        return {tuple(r[:4]): r[4] for r in trace.read_at((1,), placement=placement).collect()}
 
     assert read(local=False) == expected
     assert read(local=True) == expected
@@ -553,12 +561,16 @@ def test_one_job_collects_batches_of_different_layouts_each_whole_or_not_at_all(
     assert arrow_files.collect_each([], []) == []
 
 
-def test_a_batch_of_unknown_size_is_written_by_the_driver_in_slices_of_the_hash_order(
-    spark: SparkSession, tmp_path: Path
+@pytest.mark.parametrize(
+    ("placement", "writer"), [(DRIVER, "parquet-cpp-arrow"), (LOOKUPS, "parquet-mr")]
+)
+def test_a_batch_of_unknown_size_is_written_in_slices_of_the_hash_order_without_a_count(
+    spark: SparkSession, tmp_path: Path, placement: Placement, writer: str
 ) -> None:
-    """Spark estimates a range small, but it is several files' worth: the one job
-    that computes it brings it to the driver, which writes files of consecutive
-    key-hash ranges (what key lookups prune by), not Spark counting and writing it."""
+    """Spark estimates a range small, but it is several files' worth: in the
+    driver's placement the one job that computes it brings it to the driver; on
+    executors one Spark task writes it. Either way, files of consecutive key-hash
+    ranges (what key lookups prune by), and no job counting it first."""
     trace = new_trace(spark, tmp_path / "t", rows_per_file=4)
     updates = spark.range(11).select(
         F.col("id").alias("k"),
@@ -566,14 +578,17 @@ def test_a_batch_of_unknown_size_is_written_by_the_driver_in_slices_of_the_hash_
         F.lit(0).cast("long").alias(TIME),
         F.lit(1).cast("long").alias(DIFF),
     )
-    assert (
-        jobs_of(spark, "unknown-size", lambda: trace.compare_and_append(updates, e(0), e(1))) == 1
-    )
+
+    def append() -> None:
+        trace.compare_and_append(updates, e(0), e(1), placement=placement)
+
+    with applied(spark, medium(2)):  # no adaptive execution: a plan is one job
+        assert jobs_of(spark, f"unknown-size-{placement.name}", append) == 1
     files = trace.files()
     assert [f.records for f in files] == [4, 4, 3]
     assert {
         pq.ParquetFile(tmp_path / "t" / f.path).metadata.created_by.split()[0] for f in files
-    } == {"parquet-cpp-arrow"}
+    } == {writer}
     bounds = [hash_bounds(f) for f in files]
     assert [b for pair in bounds if pair is not None for b in pair] == sorted(
         b for pair in bounds if pair is not None for b in pair
@@ -582,23 +597,26 @@ def test_a_batch_of_unknown_size_is_written_by_the_driver_in_slices_of_the_hash_
     assert contents(trace.read_at()) == {(k, f"v{k}"): 1 for k in range(11)}
 
 
-def test_a_batch_the_caller_bounds_is_written_by_the_driver_without_a_count(
-    spark: SparkSession, tmp_path: Path
+@pytest.mark.parametrize("placement", [DRIVER, LOOKUPS])
+def test_a_batch_the_caller_bounds_is_written_without_a_count(
+    spark: SparkSession, tmp_path: Path, placement: Placement
 ) -> None:
-    """Spark cannot estimate rows made from Python: unbounded, such a batch is
-    counted before it is written; bounded by the caller (a run, from its trace
-    logs), the one job that computes it brings it to the driver."""
+    """Spark cannot estimate rows made from Python: unbounded on executors, such a
+    batch is counted before it is written; bounded by the caller (a run, from its
+    trace logs), the one job that computes it writes it (in the driver's
+    placement, brings it to the driver)."""
     rows = [((k, "x"), (0,), 1) for k in range(6)]
     counted, bounded = new_trace(spark, tmp_path / "c"), new_trace(spark, tmp_path / "b")
 
     def unbounded_append() -> None:
-        counted.compare_and_append(frame(spark, rows), e(0), e(1))
+        counted.compare_and_append(frame(spark, rows), e(0), e(1), placement=LOOKUPS)
 
     def bounded_append() -> None:
-        bounded.compare_and_append(frame(spark, rows), e(0), e(1), at_most=6)
+        bounded.compare_and_append(frame(spark, rows), e(0), e(1), at_most=6, placement=placement)
 
-    assert jobs_of(spark, "counted", unbounded_append) > 1
-    assert jobs_of(spark, "bounded", bounded_append) == 1
+    with applied(spark, medium(2)):  # no adaptive execution: a plan is one job
+        assert jobs_of(spark, f"counted-{placement.name}", unbounded_append) > 1
+        assert jobs_of(spark, f"bounded-{placement.name}", bounded_append) == 1
     expected = {(k, "x"): 1 for k in range(6)}
     assert contents(bounded.read_at()) == contents(counted.read_at()) == expected
 

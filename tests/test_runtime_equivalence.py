@@ -22,6 +22,7 @@ from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute
 from dd_etl.runtime.sizing import LOCAL_RELATION_THRESHOLD, SMALL
+from tests.support.sizings import force_medium
 from tests.support.trips_and_zones import TRIPS, ZONES, Row, hashable
 
 pytestmark = pytest.mark.spark
@@ -91,7 +92,9 @@ def load(con: duckdb.DuckDBPyConnection, trips: Counter[Row], zones: Counter[Row
 
 
 @pytest.mark.parametrize(
-    "seed, arrow_batches", [(3, False), (4, True)], ids=["local-relations", "arrow-batches"]
+    "seed, arrow_batches, executors",
+    [(3, False, False), (4, True, False), (5, False, True)],
+    ids=["local-relations", "arrow-batches", "executors"],
 )
 def test_views_equal_a_from_scratch_evaluation_after_every_epoch(
     spark: SparkSession,
@@ -99,9 +102,12 @@ def test_views_equal_a_from_scratch_evaluation_after_every_epoch(
     monkeypatch: pytest.MonkeyPatch,
     seed: int,
     arrow_batches: bool,
+    executors: bool,
 ) -> None:
     if arrow_batches:  # every non-empty row set the driver hands Spark as Arrow batches
         monkeypatch.setitem(SMALL.conf, LOCAL_RELATION_THRESHOLD, "0")
+    if executors:  # every run sized medium: executors read and write, lookups broadcast keys
+        force_medium(monkeypatch)
     rng = random.Random(seed)
     rt = build(spark, tmp_path / "warehouse")
     trips: Counter[Row] = Counter()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dd_etl.operators.join import History
+from dd_etl.operators.join import HISTORY_TIME, History
 from dd_etl.operators.partitions import colocated, one_partition
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -62,11 +62,10 @@ def delta_query(
     histories: Callable[[Lookup], History],
     orders: Sequence[Sequence[Lookup]],
     output: Sequence[str],
-    history_time: int,
 ) -> DataFrame:
     """The output changes: ``deltas[i]`` are relation i's changes, ``histories(l)``
     reads relation ``l.relation`` before the interval, arranged by ``l.key``."""
-    at = F.lit(history_time).cast("long")
+    at = F.lit(HISTORY_TIME).cast("long")
     terms = []
     for i, order in enumerate(orders):
         partial = deltas[i]

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 
 from dd_etl import sql_text
 from dd_etl.operators.join import History
-from dd_etl.operators.reduce import HIGH, LOW, delta_reduce, min_max, null_safe_join
+from dd_etl.operators.reduce import HIGH, LOW, null_safe_join
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.consolidation import consolidated
@@ -82,33 +82,64 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
 
 def delta_extremes(
     d_in: DataFrame,
-    reached_keys: DataFrame,
+    reached_keys: DataFrame | None,
     input_history: History,
     output_history: History,
     key: Sequence[str],
     out_columns: Sequence[str],
-    history_time: int,
 ) -> DataFrame:
-    """The changes of a ``min_max`` reduction whose input changed at the one time
-    after ``history_time``: the keys in ``reached_keys`` recomputed from their
-    history (``input_history`` need hold no other key's), every other touched
-    key's current row widened by its insertions."""
+    """The changes of a ``min_max`` reduction whose input changed at one time.
+
+    The reduction's current rows are read for the keys the change touches. A key
+    in ``reached_keys`` (told by Spark, ``reached_in_spark``, when None) is
+    recomputed from its history (``input_history`` need hold no other key's) and
+    its changes; every other key's current row is widened by its insertions.
+    Each touched key's current row is retracted and its new one inserted, at the
+    time of its change, read from the change itself: no epoch literal enters the
+    plan. A key whose extremes stay as they were gets the same row back, and the
+    batch's consolidation drops the pair."""
     keyed, out = [quote(k) for k in key], [quote(c) for c in out_columns]
     time, diff = quote(TIME), quote(DIFF)
+    touched = sql_text.select(d_in, [*keyed, time]).distinct()
+    current = consolidated(
+        null_safe_join(output_history(sql_text.columns(touched, key)), touched, key),
+        [*out_columns, TIME],
+    )
+    if reached_keys is None:
+        reached_keys = reached_in_spark(d_in, current, key)
     marked = sql_text.select(reached_keys, [*keyed, f"TRUE AS {_REACHED}"])
     split = null_safe_join(d_in, marked, key, how="left")
-    columns = [quote(c) for c in d_in.columns]
-    hit = sql_text.select(split.where(f"{_REACHED}"), columns)
-    kept = sql_text.select(split.where(f"{_REACHED} IS NULL"), columns)
-    recomputed = delta_reduce(
-        hit, input_history, output_history, key, out_columns, min_max, history_time, True
+    data = [quote(c) for c in d_in.columns if c not in (TIME, DIFF)]
+    hit = sql_text.select(split.where(_REACHED), [*data, time, diff])
+    kept = sql_text.select(split.where(f"{_REACHED} IS NULL"), [*data, time, diff])
+    # reached keys: everything they hold, history and change, summed and reduced
+    hit_times = null_safe_join(touched, marked, key)
+    history = sql_text.select(
+        null_safe_join(input_history(reached_keys), hit_times, key), [*data, time, diff]
     )
-    touched = sql_text.select(kept, keyed).distinct()
-    now = f"CAST({history_time + 1} AS BIGINT) AS {time}"
-    current = consolidated(null_safe_join(output_history(touched), touched, key), out_columns)
-    inserted = sql_text.select(kept.where(f"{diff} > 0"), [*keyed, LOW, HIGH])
-    both = sql_text.select(current, [*keyed, LOW, HIGH]).unionByName(inserted)
-    widened = sql_text.group(both, key, [f"min({LOW}) AS {LOW}", f"max({HIGH}) AS {HIGH}"])
-    added = sql_text.select(widened, [*out, now, f"CAST(1 AS BIGINT) AS {diff}"])
-    dropped = sql_text.select(current, [*out, now, f"-{diff} AS {diff}"])
-    return recomputed.unionByName(added).unionByName(dropped)
+    present = consolidated(history.unionByName(hit), [*[c for c in d_in.columns if c != DIFF]])
+    extended = [f"min({LOW}) AS {LOW}", f"max({HIGH}) AS {HIGH}"]
+    recomputed = sql_text.group(present.where(f"{diff} > 0"), [*key, TIME], extended)
+    # the others: their current extremes widened by what they gained
+    kept_keys = sql_text.select(kept, keyed).distinct()
+    kept_now = sql_text.select(null_safe_join(current, kept_keys, key), [*keyed, LOW, HIGH, time])
+    gained = sql_text.select(kept.where(f"{diff} > 0"), [*keyed, LOW, HIGH, time])
+    widened = sql_text.group(kept_now.unionByName(gained), [*key, TIME], extended)
+    new = sql_text.select(
+        recomputed.unionByName(widened), [*out, time, f"CAST(1 AS BIGINT) AS {diff}"]
+    )
+    old = sql_text.select(current, [*out, time, f"-{diff} AS {diff}"])
+    return new.unionByName(old)
+
+
+def reached_in_spark(d_in: DataFrame, current: DataFrame, key: Sequence[str]) -> DataFrame:
+    """``reached`` as a Spark plan: the keys of ``d_in``'s retractions that have no
+    current row or retract a value at or beyond one of its extremes. Spark orders
+    NaN above every number and equal to itself, so its comparisons need no case
+    of their own."""
+    keyed = [quote(k) for k in key]
+    bounds = sql_text.select(current, [*keyed, f"{LOW} AS __cur_min", f"{HIGH} AS __cur_max"])
+    retracted = sql_text.select(d_in.where(f"{quote(DIFF)} < 0"), [*keyed, LOW, HIGH])
+    joined = null_safe_join(retracted, bounds, key, how="left")
+    reach = f"__cur_min IS NULL OR {LOW} <= __cur_min OR {HIGH} >= __cur_max"
+    return sql_text.select(joined.where(reach), keyed).distinct()

@@ -26,6 +26,13 @@ History = Callable[[DataFrame], DataFrame]
 """Given a DataFrame of key columns, the arrangement's accumulated contents
 before the interval for those keys: data columns plus ``_diff``."""
 
+HISTORY_TIME = 0
+"""The time history rows stand at beside the interval's changes: no change is
+before it, so pairing a change with history keeps the change's time, and every
+history row is accumulated into every interesting time. A constant, not the
+interval's ``lower - 1``: Spark writes literals into the code it generates for a
+plan, and a plan without the epoch in it runs on the code generated for the last."""
+
 
 def matchable_keys(df: DataFrame, key: Sequence[str], null_safe: bool) -> DataFrame:
     """The keys of ``df``'s rows a join can match (without ``null_safe``, not
@@ -77,10 +84,9 @@ def delta_join(
     rk: Sequence[str],
     left_columns: Sequence[str],
     right_columns: Sequence[str],
-    history_time: int,
     null_safe: bool = False,
 ) -> DataFrame:
-    hist_time = F.lit(history_time).cast("long")
+    hist_time = F.lit(HISTORY_TIME).cast("long")
     h_right = right_history(join_keys(d_left, lk, null_safe).toDF(*rk)).withColumn(TIME, hist_time)
     h_left = left_history(join_keys(d_right, rk, null_safe).toDF(*lk)).withColumn(TIME, hist_time)
     both = h_right.unionByName(d_right)

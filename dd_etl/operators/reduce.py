@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
-from dd_etl.operators.join import History
+from dd_etl.operators.join import HISTORY_TIME, History
 from dd_etl.operators.partitions import colocated
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
@@ -152,7 +152,6 @@ def delta_reduce(
     key: Sequence[str],
     out_columns: Sequence[str],
     reducer: Reducer,
-    history_time: int,
     one_time: bool = False,
 ) -> DataFrame:
     """The reduction's output changes for the keys ``d_in`` touches. The histories
@@ -176,7 +175,7 @@ def delta_reduce(
             [*keyed, at, f"lead({at}) {order} AS {later}", f"row_number() {order} = 1 AS __first"],
         )
     hist = sql_text.select(
-        input_history(keys), [*data, f"CAST({history_time} AS BIGINT) AS {time}", diff]
+        input_history(keys), [*data, f"CAST({HISTORY_TIME} AS BIGINT) AS {time}", diff]
     )
     updates = hist.unionByName(sql_text.select(d_in, [*data, time, diff]))
     reached = null_safe_join(updates, sql_text.select(times, [*keyed, at]), key)

@@ -52,7 +52,9 @@ class _Captured:
         lower, upper = Antichain.from_epoch(self.epoch), Antichain.from_epoch(self.epoch + 1)
         with _taken_in(self.name):
             updates = self.updates if batch is None else batch
-            self.trace.compare_and_append(updates, lower, upper, self.meta)
+            self.trace.compare_and_append(
+                updates, lower, upper, self.meta, placement=self.sizing.placement
+            )
 
 
 def ingest(

@@ -38,6 +38,7 @@ from dd_etl.runtime.sizing import SMALL, for_records
 from dd_etl.sinks.delta_table import SinkCommit, commit_together
 from dd_etl.sources.base import Capture
 from dd_etl.spark import command_movable
+from dd_etl.trace.placement import Placement
 
 
 @dataclass
@@ -153,19 +154,20 @@ def sync_sinks(
     said: dict[str, str] = {}
     if small:
         with profiler.trace("sinks"), phase(SINKS), rt.sized(SMALL):
-            said |= _commit(pipeline, small, epoch, progress, together=True)
+            said |= _commit(pipeline, small, epoch, progress, SMALL.placement)
     for view in (v for v in views if v not in small):
         with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(sizings[view]):
-            said |= _commit(pipeline, [view], epoch, progress, together=False)
+            said |= _commit(pipeline, [view], epoch, progress, sizings[view].placement)
     return said
 
 
 def _commit(
-    pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, together: bool
+    pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, placement: Placement
 ) -> dict[str, str]:
-    """Commit ``epoch`` to the sinks of ``views``; ``together``: their rows computed by
-    one Spark job (``commit_together``)."""
-    planned = {v: _sinks(pipeline, v, epoch) for v in views}
+    """Commit ``epoch`` to the sinks of ``views``, read as ``placement`` says; in the
+    driver's, their rows computed by one Spark job (``commit_together``)."""
+    together = placement.driver
+    planned = {v: _sinks(pipeline, v, epoch, placement) for v in views}
     for view in (v for v, sinks in planned.items() if sinks):
         progress(f"sink:{view}", "", 0.0)
     commits = [c for sinks in planned.values() for _, c in sinks if c is not None]
@@ -180,16 +182,18 @@ def _commit(
     return said
 
 
-def _sinks(pipeline: Pipeline, view: str, epoch: int) -> list[tuple[str, SinkCommit | None]]:
+def _sinks(
+    pipeline: Pipeline, view: str, epoch: int, placement: Placement
+) -> list[tuple[str, SinkCommit | None]]:
     """The view's sinks, by name, with the commit each needs (None: none)."""
     planned: list[tuple[str, SinkCommit | None]] = []
     table = pipeline.materialized(view)
     if table is not None:
         changed = may_have_changed(pipeline, view, epoch)
-        planned.append((f"{view} (materialized)", table.plan(epoch, changed)))
+        planned.append((f"{view} (materialized)", table.plan(epoch, changed, placement)))
     feed = pipeline.change_feed(view)
     if feed is not None:
-        planned.append((f"{view} (changes)", feed.plan(epoch)))
+        planned.append((f"{view} (changes)", feed.plan(epoch, placement)))
     return planned
 
 

@@ -416,8 +416,16 @@ class Collection:
         return self._reduce(tuple(key), "general", schema, identity=identity, function=function)
 
     def distinct(self) -> Collection:
-        """Each distinct row once (set semantics)."""
-        return self._reduce(tuple(self.columns), "distinct", self.node.schema, "")
+        """Each distinct row once (set semantics).
+
+        Outside a loop, the rows are counted in place (``accumulate`` by every
+        column, no values): a change reads the counts of the rows it touches, never
+        the history of the input, and no arrangement of the input is kept; a row is
+        present while its count is. A loop's times are only partially ordered, so
+        there a reduction recomputes each touched row from its input."""
+        if reads_loop_variable(self.node):
+            return self._reduce(tuple(self.columns), "distinct", self.node.schema, "")
+        return self.accumulate(self.columns, ()).select(*self.columns)
 
     def count(self, key: Sequence[str] = (), name: str = "count") -> Collection:
         """Rows per key: one output row ``(key..., count)`` per key present."""

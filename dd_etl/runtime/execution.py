@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from dd_etl import sql_text
@@ -137,59 +136,74 @@ def _execute(
     records = records_read(rt, chosen, unmaintained, full, lower)
     full_compiler_for(records)
     rt.discard_unmaintained(full)
-    sizing = for_records(records)
+    state = sum(rt.trace(x).state.records for x in rt.stateful_nodes(chosen, unmaintained))
+    sizing = for_records(records, state, rt.spark.sparkContext.defaultParallelism)
     profiler.sizing = sizing.name
-    interval = Interval(rt, lower, upper, full, sizing.driver_rows)
+    interval = Interval(rt, lower, upper, sizing, full)
     with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
         # 4. layer by layer. Traces of one depth depend only on shallower ones: plan
         # them side by side; in a small interval one Spark job (per eight) computes
         # their batches, else each is its own job and Spark overlaps them.
-        def plan(node: n.Node) -> Append | None:
-            with profiler.trace(_label(node)):
-                planned = interval.plan(node)
-                if planned is None or not interval.driver_rows:
-                    return planned
-                # the batch as stored planned here too: side by side, not in turn
-                return planned.to_collect()
-
-        def append(planned: tuple[Append, CollectedBatch | None]) -> None:
-            with profiler.trace(_label(planned[0].node)):
-                interval.append(*planned)
-
-        def bring(node: n.Node) -> None:
-            with profiler.trace(_label(node)):
-                interval.delta(node)
-            if on_trace is not None:
-                on_trace(node)
-
         def release(node: n.Node) -> None:
             with profiler.trace(_label(node)):
                 rt.release(node, upper)
 
         for depth, layer in enumerate(rt.layers(chosen, unmaintained)):
-            layer_sizing = interval.layer_sizing(layer, sizing)
+            layer_sizing = interval.layer_sizing(layer)
             with rt.sized(layer_sizing) if layer_sizing is not sizing else nullcontext():
-                interval.driver_rows = layer_sizing.driver_rows
-                if interval.driver_rows:
-                    appends = [a for a in pool.map(plan, layer) if a is not None]
-                    batches: list[CollectedBatch | None] = [None] * len(appends)
-                    if any(a.changes is not None for a in appends):
-                        with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                            batches = collect_batches([a.stored for a in appends])
-                        failpoint("layer.collected")
-                    list(pool.map(append, zip(appends, batches, strict=True)))
-                list(pool.map(bring, layer))
+                _bring_layer(interval.sized(layer_sizing), layer, depth, pool, profiler, on_trace)
         # 5. holds released where no append of this run moved them: history before
         # upper - 1 may be compacted
         unreleased = [
             x
             for x in rt.stateful_nodes(chosen, unmaintained)
-            if x.id not in interval.released or isinstance(x, n.Iterate)
+            if x.id not in interval.done.released or isinstance(x, n.Iterate)
         ]
         list(pool.map(release, unreleased))
-    report.views = {v: interval.written.get(rt.flow.views[v].id, 0) for v in chosen}
-    report.rounds = interval.rounds
+    report.views = {v: interval.done.written.get(rt.flow.views[v].id, 0) for v in chosen}
+    report.rounds = interval.done.rounds
     return report
+
+
+def _bring_layer(
+    interval: Interval,
+    layer: Sequence[n.Node],
+    depth: int,
+    pool: ThreadPoolExecutor,
+    profiler: Profiler,
+    on_trace: Callable[[n.Node], None] | None,
+) -> None:
+    """Bring the traces of one layer up to date, side by side, as the layer's
+    sizing says: in the driver's placement, one Spark job (per eight traces)
+    computes their batches into the driver; else each append is a job of its own."""
+
+    def plan(node: n.Node) -> Append | None:
+        with profiler.trace(_label(node)):
+            planned = interval.plan(node)
+            if planned is None or not interval.sizing.driver_rows:
+                return planned
+            # the batch as stored planned here too: side by side, not in turn
+            return planned.to_collect()
+
+    def append(planned: tuple[Append, CollectedBatch | None]) -> None:
+        with profiler.trace(_label(planned[0].node)):
+            interval.append(*planned)
+
+    def bring(node: n.Node) -> None:
+        with profiler.trace(_label(node)):
+            interval.delta(node)
+        if on_trace is not None:
+            on_trace(node)
+
+    if interval.sizing.driver_rows:
+        appends = [a for a in pool.map(plan, layer) if a is not None]
+        batches: list[CollectedBatch | None] = [None] * len(appends)
+        if any(a.changes is not None for a in appends):
+            with profiler.trace(f"{LAYER_LABEL}/{depth}"):
+                batches = collect_batches([a.stored for a in appends])
+            failpoint("layer.collected")
+        list(pool.map(append, zip(appends, batches, strict=True)))
+    list(pool.map(bring, layer))
 
 
 def records_read(
@@ -237,50 +251,70 @@ class Append:
         return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
 
 
+@dataclass
+class _Done:
+    """What an interval's computation has found and done so far, shared by the
+    interval's layers."""
+
+    deltas: dict[str, DataFrame] = field(default_factory=dict)
+    touched: dict[str, list[int]] = field(default_factory=dict)
+    unchanged: dict[str, bool] = field(default_factory=dict)
+    written: dict[str, int] = field(default_factory=dict)  # records appended per node
+    released: set[str] = field(default_factory=set)  # nodes whose append moved the holds
+    rounds: list[Round] = field(default_factory=list)
+
+
 class Interval:
-    """The changes of every node for one run's interval ``[lower, upper)``."""
+    """The changes of every node for one run's interval ``[lower, upper)``, computed
+    as ``sizing`` says: the interval's own, or a layer's (``sized``)."""
 
     def __init__(
         self,
         runtime: Runtime,
         lower: int,
         upper: int,
+        sizing: Sizing,
         recomputed: Collection[str] = (),
-        driver_rows: bool = False,
+        done: _Done | None = None,
     ) -> None:
         self.rt = runtime
         self.lower = lower
         self.upper = upper
+        self.sizing = sizing
         self.recomputed = recomputed
-        self.driver_rows = driver_rows
-        """The current layer's rows pass through the driver (``Sizing.driver_rows``):
-        a small interval, or a layer of a large one that reads few records."""
-        self._deltas: dict[str, DataFrame] = {}
-        self._touched: dict[str, list[int]] = {}
-        self._unchanged: dict[str, bool] = {}
-        self.written: dict[str, int] = {}  # records appended per node by this run
-        self.released: set[str] = set()  # nodes whose append moved the runtime's holds
-        self.rounds: list[Round] = []
+        self.done = _Done() if done is None else done
+
+    @property
+    def driver_rows(self) -> bool:
+        """The rows pass through the driver (``Placement.driver``): a small interval,
+        or a layer of a larger one that reads few records."""
+        return self.sizing.driver_rows
+
+    def sized(self, sizing: Sizing) -> Interval:
+        """This interval, its layer computed as ``sizing`` says, with what it found
+        and did so far."""
+        return Interval(self.rt, self.lower, self.upper, sizing, self.recomputed, self.done)
 
     def delta(self, node: n.Node) -> DataFrame:
-        if node.id not in self._deltas:
-            self._deltas[node.id] = self._compute(node)
-        return self._deltas[node.id]
+        if node.id not in self.done.deltas:
+            self.done.deltas[node.id] = self._compute(node)
+        return self.done.deltas[node.id]
 
-    def layer_sizing(self, layer: Sequence[n.Node], sizing: Sizing) -> Sizing:
-        """How a layer of an interval sized ``sizing`` runs: a large interval's layer
-        runs as a small one when its traces read few records, as the logs of the
-        traces below count those they hold from ``lower`` on (a load's aggregates
-        over the groups of millions of rows); sources read their own. A recomputed
-        view reads its sources whole, and stays large."""
-        if sizing.driver_rows or any(self._recomputed(x) for x in layer):
-            return sizing
+    def layer_sizing(self, layer: Sequence[n.Node]) -> Sizing:
+        """How a layer of the interval runs: a larger interval's layer runs as a
+        small one when its traces read few records, as the logs of the traces
+        below count those they hold from ``lower`` on (a load's aggregates over
+        the groups of millions of rows); sources read their own. A recomputed
+        view reads its sources whole, and keeps the interval's sizing."""
+        if self.driver_rows or any(self._recomputed(x) for x in layer):
+            return self.sizing
         read = {
             x.id: x
             for node in layer
             for x in ([node] if isinstance(node, n.Source) else traces_read(node))
         }
-        return for_records(sum(self._records_in(x) for x in read.values()))
+        few = for_records(sum(self._records_in(x) for x in read.values()))
+        return few if few.driver_rows else self.sizing
 
     def _batch_bound(self, node: n.Node) -> int | None:
         """What the trace logs bound ``node``'s batch by (``batch_bound``), so that
@@ -315,7 +349,9 @@ class Interval:
         lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
         if self._unchanged_inputs(node):
             return Append(node, trace, lower, upper, None)
-        changes = compute().where(f"{quote(TIME)} >= {start}")
+        changes = compute()
+        if start > self.lower:  # ahead of the run: an earlier one crashed after it
+            changes = changes.where(f"{quote(TIME)} >= {start}")
         distinct = not self._recomputed(node) and distinct_updates(node)
         return Append(node, trace, lower, upper, changes, distinct=distinct)
 
@@ -336,13 +372,19 @@ class Interval:
         else:
             bound = self._batch_bound(node)
             appended = trace.compare_and_append(
-                planned.changes, lower, upper, at_most=bound, holds=holds, distinct=planned.distinct
+                planned.changes,
+                lower,
+                upper,
+                at_most=bound,
+                holds=holds,
+                distinct=planned.distinct,
+                placement=self.sizing.placement,
             )
         if appended and holds is not None:
-            self.released.add(node.id)
+            self.done.released.add(node.id)
         if appended:
             # the new batch, unless back-pressure already merged it away
-            self.written[node.id] = sum(
+            self.done.written[node.id] = sum(
                 b.records
                 for b in trace.state.batches
                 if b.description.lower == lower and b.description.upper == upper
@@ -353,8 +395,10 @@ class Interval:
         if planned is not None:
             self.append(planned)
         # only files that can hold the interval's times: the batches this run appended
-        df = self.rt.trace(node).updates(at=(self.upper - 1,), since=(self.lower,))
-        df = df.where(f"{quote(TIME)} >= {self.lower} AND {quote(TIME)} < {self.upper}")
+        trace = self.rt.trace(node)
+        df = trace.updates(
+            at=(self.upper - 1,), since=(self.lower,), placement=self.sizing.placement
+        )
         return sql_text.columns(df, [*node.columns, TIME, DIFF])
 
     def _unchanged_inputs(self, node: n.Node) -> bool:
@@ -370,16 +414,16 @@ class Interval:
         """Whether ``node`` surely has no changes in ``[lower, upper)``, as the trace
         logs tell (no Spark job): a trace with no records in the interval's batches,
         or an operator whose inputs all have none."""
-        if node.id not in self._unchanged:
+        if node.id not in self.done.unchanged:
             if node.trace_name is not None:
                 self.delta(node)  # computed and appended first, as a user would see it
-                state = self.rt.trace(node).state
-                self._unchanged[node.id] = state.records_from(Antichain.from_epoch(self.lower)) == 0
+                held = self.rt.trace(node).state.records_from(Antichain.from_epoch(self.lower))
+                self.done.unchanged[node.id] = held == 0
             elif isinstance(node, n.Constant):
-                self._unchanged[node.id] = self.lower > 0
+                self.done.unchanged[node.id] = self.lower > 0
             else:
-                self._unchanged[node.id] = all(self.unchanged(i) for i in node.inputs)
-        return self._unchanged[node.id]
+                self.done.unchanged[node.id] = all(self.unchanged(i) for i in node.inputs)
+        return self.done.unchanged[node.id]
 
     def history(
         self,
@@ -411,8 +455,8 @@ class Interval:
             trace = self.rt.trace(node)
             known = self._touched_hashes(probes, trace) if hashes is None else hashes
             if exact:
-                return trace.read_at((at,), keys=keys, key_hashes=known)
-            return trace.updates_until((at,), keys, known)
+                return trace.read_at((at,), keys, known, self.sizing.placement)
+            return trace.updates_until((at,), keys, known, self.sizing.placement)
 
         return read
 
@@ -427,10 +471,10 @@ class Interval:
             source = self.rt.trace(probe)
             if source.key_types != target.key_types:
                 return None  # equal keys of other types hash differently
-            if probe.id not in self._touched:
+            if probe.id not in self.done.touched:
                 self.delta(probe)  # appended first
-                self._touched[probe.id] = source.key_hashes_since((self.lower,))
-            touched.update(self._touched[probe.id])
+                self.done.touched[probe.id] = source.key_hashes_since((self.lower,))
+            touched.update(self.done.touched[probe.id])
         return sorted(touched)
 
     def _compute(self, node: n.Node) -> DataFrame:
@@ -456,7 +500,6 @@ class Interval:
                 node.right_key,
                 left.columns,
                 node.right_columns,
-                self.lower - 1,
                 node.null_safe,
             )
         if isinstance(node, n.DeltaQuery):
@@ -468,7 +511,6 @@ class Interval:
                 lambda lk: self.history(arranged[lk]),
                 node.orders,
                 node.columns,
-                self.lower - 1,
             )
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
 
@@ -480,7 +522,7 @@ class Interval:
         if isinstance(node, n.Source):
             return None
         if isinstance(node, n.View) and node.name in self.recomputed:
-            return lambda: full_changes(self.rt, node, start, self.upper)
+            return lambda: full_changes(self.rt, node, start, self.upper, self.sizing.placement)
         if isinstance(node, n.Arrange | n.View):
             return lambda: self.delta(ins[0])
         if isinstance(node, n.Accumulate):
@@ -488,7 +530,7 @@ class Interval:
             # earlier epochs again, in another order, can change a float sum's last
             # bits, and the retraction of the stored row would then not match it.
             return lambda: delta_accumulate(
-                self.delta(ins[0]).where(F.col(TIME) >= start),
+                self._delta_from(ins[0], start),
                 self.history(node, start),
                 node.key,
                 node.values,
@@ -499,6 +541,12 @@ class Interval:
         if isinstance(node, n.Iterate):
             return lambda: self._iterate(node, start)
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
+
+    def _delta_from(self, node: n.Node, start: int) -> DataFrame:
+        """``node``'s changes at epochs ``start`` and later: all of them unless a crashed
+        run left a trace ahead of the others (a filter would put the epoch in the plan)."""
+        changes = self.delta(node)
+        return changes if start <= self.lower else changes.where(f"{quote(TIME)} >= {start}")
 
     def _reduce(self, node: n.Reduce) -> DataFrame:
         probes = keyed_leaves(node.inputs[0], node.key) or []
@@ -512,27 +560,48 @@ class Interval:
             node.key,
             node.columns,
             reducer_for(node),
-            self.lower - 1,
             one_time=self.upper - self.lower == 1,
         )
 
     def _kept_extremes(self, node: n.Reduce, probes: Sequence[n.Node]) -> DataFrame | None:
         """The changes of a MIN/MAX reduction with the history read only for the keys
-        a retraction may move (``operators/extremes.py``), where that can be told in
-        the driver: one epoch of a small interval, keys (a global one is a key of
-        its own, ``__all``), the input a trace keyed as the reduction is, values
-        Arrow compares as Spark does, and few enough rows."""
+        a retraction may move (``operators/extremes.py``): one epoch, keys (a
+        global one is a key of its own, ``__all``), and the input a trace keyed as
+        the reduction is. The driver tells which keys a retraction reaches where it
+        holds the rows (values Arrow compares as Spark does, few enough rows);
+        Spark does elsewhere."""
         arranged = node.inputs[0]
-        if node.kind != "min_max" or not node.key or not self.driver_rows:
+        if node.kind != "min_max" or not node.key or self.upper - self.lower != 1:
             return None
-        if self.upper - self.lower != 1:
-            return None
-        if list(probes) != [arranged] or not extremes.comparable(node.schema[LOW].dataType):
+        if list(probes) != [arranged]:
             return None
         source, target = self.rt.trace(arranged), self.rt.trace(node)
         if source.key_types != target.key_types:
             return None
         changes = self.delta(arranged)  # appended first
+        reached, hashes = None, None
+        if self.driver_rows:
+            found = self._reached_in_driver(node, source, target)
+            if found is None:
+                return None
+            reached, hashes = found
+        return extremes.delta_extremes(
+            changes,
+            reached,
+            self.history(arranged, exact=False, hashes=hashes),
+            self.history(node, probes=[arranged], exact=False),
+            node.key,
+            node.columns,
+        )
+
+    def _reached_in_driver(
+        self, node: n.Reduce, source: DeltaTrace, target: DeltaTrace
+    ) -> tuple[DataFrame, list[int]] | None:
+        """The keys whose extremes a retraction may move, as a local relation, and
+        their sorted hashes, told from the rows the driver reads; None where it
+        cannot tell."""
+        if not extremes.comparable(node.schema[LOW].dataType):
+            return None
         found = source.stored_rows(since=(self.lower,))
         if found is None:
             return None
@@ -544,20 +613,13 @@ class Interval:
         hit = extremes.reached(retractions, current, node.key)
         key_schema = StructType([node.schema[k] for k in node.key])
         keys = hit.select(list(node.key)).cast(arrow_schema(key_schema))
-        return extremes.delta_extremes(
-            changes,
-            local_relation(self.rt.spark, keys, key_schema),
-            self.history(arranged, exact=False, hashes=sorted(hit.column(KEY_HASH).to_pylist())),
-            self.history(node, probes=[arranged], exact=False),
-            node.key,
-            node.columns,
-            self.lower - 1,
-        )
+        hashes = sorted(hit.column(KEY_HASH).to_pylist())
+        return local_relation(self.rt.spark, keys, key_schema), hashes
 
     def _iterate(self, loop: n.Iterate, start: int) -> DataFrame:
         views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]
-        run = LoopRun(self.rt, loop, self.delta, views, self.driver_rows)
+        run = LoopRun(self.rt, loop, self.delta, views, self.sizing.placement)
         try:
             return run.run(start, self.upper)
         finally:
-            self.rounds.extend(run.rounds)
+            self.done.rounds.extend(run.rounds)

@@ -27,23 +27,28 @@ from dd_etl.plan.graph import stateful, upstream
 from dd_etl.runtime.catalog import readable_from
 from dd_etl.runtime.recompute import recompute
 from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.placement import BULK, Placement
 
 if TYPE_CHECKING:
     from dd_etl.plan.dataflow import Dataflow
     from dd_etl.runtime.catalog import TraceCatalog
 
 
-def full_changes(traces: TraceCatalog, view: n.View, start: int, upper: int) -> DataFrame:
-    """The view's changes at epochs ``[start, upper)``, by recomputing it at each.
+def full_changes(
+    traces: TraceCatalog, view: n.View, start: int, upper: int, placement: Placement = BULK
+) -> DataFrame:
+    """The view's changes at epochs ``[start, upper)``, by recomputing it at each,
+    its traces read as ``placement`` says.
 
     Epochs before the sources' ``since`` cannot be told apart any more: the first
     recompute is at ``since`` and stands for all of them, as an incremental
     rebuild's would."""
     first = max(start, readable_from(traces, view))
-    before = traces.trace(view).read_at((start - 1,)) if start > 0 else _empty(traces, view)
+    trace = traces.trace(view)
+    before = trace.read_at((start - 1,), placement=placement) if start > 0 else _empty(traces, view)
     parts: list[DataFrame] = []
     for epoch in range(first, upper):
-        now = recompute(traces, view.name, epoch, read_views=True).localCheckpoint(eager=True)
+        now = recompute(traces, view.name, epoch, True, placement).localCheckpoint(eager=True)
         parts.append(_at(now, epoch))
         parts.append(_at(linear.negate(before), epoch))
         before = now

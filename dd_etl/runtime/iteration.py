@@ -65,6 +65,7 @@ from dd_etl.trace import driver_merge
 from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
+from dd_etl.trace.placement import BULK, Placement
 
 if TYPE_CHECKING:
     from dd_etl.runtime.catalog import TraceCatalog
@@ -116,13 +117,14 @@ class LoopRun:
         loop: n.Iterate,
         outer: Callable[[n.Node], DataFrame],
         views: list[str],
-        driver_rows: bool = False,
+        placement: Placement = BULK,
     ) -> None:
         self.traces = traces
         self.loop = loop
         self.outer = outer  # the run's changes of a collection outside the loop
         self.views = views
-        self.driver_rows = driver_rows  # a small interval: the epoch's state in the driver
+        self.placement = placement  # where the interval's reads and writes run
+        self.driver_rows = placement.driver  # a small interval: the epoch's state in the driver
         self.nest = loop_nest(loop)
         self.traced = inner_traces(loop)
         self.histories = histories_read(loop)
@@ -183,6 +185,7 @@ class LoopRun:
                     Antichain.of((e, *zeros)),
                     Antichain.of((e + 1, *zeros)),
                     at_most=counts[i],
+                    placement=self.placement,
                 )
 
         with ThreadPoolExecutor(max_workers=len(traces) or 1) as pool:
@@ -564,10 +567,12 @@ class _EpochState:
         frame = None if keys is None else keys.frame
         if node.id in self.run.nest:
             # Epochs before this one are all alike to it: only iterations matter.
-            df = trace.updates(frame).where(F.col(TIME) < self.epoch)
+            df = trace.updates(frame, placement=self.run.placement)
+            df = df.where(F.col(TIME) < self.epoch)
             cols = [*node.columns, *iterations(self.depth(node)), DIFF]
             return linear.consolidate(df.select(*cols))
-        return trace.read_at((self.epoch - 1,), keys=frame).select(*node.columns, DIFF)
+        history = trace.read_at((self.epoch - 1,), frame, placement=self.run.placement)
+        return history.select(*node.columns, DIFF)
 
     def _this_epoch(self, node: n.Node) -> DataFrame:
         if node.id in self.run.nest:

@@ -25,16 +25,24 @@ from dd_etl.runtime.iteration import LoopDiverged
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.placement import BULK, Placement
 
 if TYPE_CHECKING:
     from dd_etl.runtime.catalog import TraceCatalog
 
 
-def recompute(traces: TraceCatalog, view: str, at: int, read_views: bool = False) -> DataFrame:
+def recompute(
+    traces: TraceCatalog,
+    view: str,
+    at: int,
+    read_views: bool = False,
+    placement: Placement = BULK,
+) -> DataFrame:
     """The view at epoch ``at`` as distinct rows with their multiplicity ``_diff``.
 
     ``read_views``: the views it reads are read from their traces (up to date
-    and trusted) instead of being recomputed too."""
+    and trusted) instead of being recomputed too; the traces are read as
+    ``placement`` says."""
     memo: dict[str, DataFrame] = {}
 
     def evaluate(node: n.Node) -> DataFrame:
@@ -49,7 +57,7 @@ def recompute(traces: TraceCatalog, view: str, at: int, read_views: bool = False
         ):
             trace = traces.trace(node)
             trace.reload()  # maintenance elsewhere may have merged (and vacuumed) batches
-            return trace.read_at((at,))
+            return trace.read_at((at,), placement=placement)
         if isinstance(node, n.Arrange | n.View):
             return evaluate(ins[0])
         if isinstance(node, n.Constant):

@@ -11,8 +11,8 @@ may then be compacted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -29,10 +29,12 @@ from dd_etl.runtime.catalog import readable_from
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
 from dd_etl.runtime.full_refresh import pending_records, private_state
-from dd_etl.runtime.sizing import LARGE, Sizing, applied
+from dd_etl.runtime.sizing import Sizing, applied, for_bytes
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
+from dd_etl.trace.placement import BULK, Placement
+from dd_etl.trace.spark_files import estimated_bytes
 from dd_etl.trace.state import TraceState
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,6 @@ class Runtime:
         self.spark = flow.spark
         self.retain_epochs = retain_epochs
         self._traces: dict[str, DeltaTrace] = {}
-        self._sizing = LARGE
 
     # ------------------------------------------------------------------ traces
 
@@ -85,7 +86,7 @@ class Runtime:
                     trace.downgrade_reader(RETENTION_READER, physical=Antichain.empty())
                 if PLAN_META not in trace.state.meta_map:
                     trace.annotate({PLAN_META: node.plan})
-            self._traces[name] = self._sized_trace(trace)
+            self._traces[name] = trace
         return self._traces[name]
 
     def loop_trace(self, loop: n.Iterate, node: n.Node) -> DeltaTrace:
@@ -100,7 +101,7 @@ class Runtime:
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
             bottom = Antichain.minimum(dims)
             trace.register_reader(RUNTIME_READER, bottom, bottom)
-            self._traces[name] = self._sized_trace(trace)
+            self._traces[name] = trace
         return self._traces[name]
 
     def stateful_nodes(
@@ -129,10 +130,16 @@ class Runtime:
 
         ``meta`` (e.g. which source versions or files the epoch covers) is committed
         atomically with the changes; read it back from ``trace(...).state.meta_map``.
+        Changes Spark estimates small are written by the driver, others by Spark.
         """
         updates = self.source_updates(name, changes, epoch)
+        placement = for_bytes(estimated_bytes(updates)).placement
         return self.trace(self.flow.sources[name]).compare_and_append(
-            updates, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1), meta
+            updates,
+            Antichain.from_epoch(epoch),
+            Antichain.from_epoch(epoch + 1),
+            meta,
+            placement=placement,
         )
 
     def source_updates(self, name: str, changes: DataFrame, epoch: int) -> DataFrame:
@@ -176,26 +183,10 @@ class Runtime:
         profiled (``RunReport.profile``)."""
         return execute(self, on_trace, views, refresh)
 
-    @contextmanager
-    def sized(self, sizing: Sizing) -> Iterator[None]:
-        """Run the block with Spark settings and batch writes sized for ``sizing``."""
-
-        def use(chosen: Sizing) -> None:
-            self._sizing = chosen
-            for trace in self._traces.values():
-                self._sized_trace(trace)
-
-        use(sizing)
-        try:
-            with applied(self.spark, sizing):
-                yield
-        finally:
-            use(LARGE)
-
-    def _sized_trace(self, trace: DeltaTrace) -> DeltaTrace:
-        trace.delta_storage.one_task_writes = self._sizing.driver_rows
-        trace.local_reads = self._sizing.driver_rows
-        return trace
+    def sized(self, sizing: Sizing) -> AbstractContextManager[None]:
+        """Run the block with Spark's SQL settings for ``sizing`` (where its reads and
+        writes run, its ``placement``, is passed to each of them)."""
+        return applied(self.spark, sizing)
 
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:
         """How each of ``views`` with epochs pending is brought up to date (logged)."""
@@ -301,13 +292,14 @@ class Runtime:
 
     # ---------------------------------------------------------------- reading
 
-    def read(self, view: str, as_of: int | None = None) -> DataFrame:
+    def read(self, view: str, as_of: int | None = None, placement: Placement = BULK) -> DataFrame:
         """The view's rows at epoch ``as_of`` (default: latest), with bag semantics:
-        each row repeated by its multiplicity. A negative one (a broken trace) fails
-        the query that reads it, in its own Spark job rather than one more."""
+        each row repeated by its multiplicity, read as ``placement`` says. A negative
+        one (a broken trace) fails the query that reads it, in its own Spark job
+        rather than one more."""
         trace = self._view_trace(view)
         at = None if as_of is None else (as_of,)
-        acc = trace.read_at(at)
+        acc = trace.read_at(at, placement=placement)
         data = [c for c in acc.columns if c != DIFF]
         broken = F.lit(f"view {view!r} has a negative multiplicity: ")
         row = F.to_json(F.struct(*data, DIFF))
@@ -323,15 +315,16 @@ class Runtime:
         trace.reload()
         return trace
 
-    def changes(self, view: str, from_epoch: int, to_epoch: int) -> DataFrame:
+    def changes(
+        self, view: str, from_epoch: int, to_epoch: int, placement: Placement = BULK
+    ) -> DataFrame:
         """The view's consolidated changes at epochs ``[from_epoch, to_epoch)``:
-        rows with ``_time`` and ``_diff``."""
+        rows with ``_time`` and ``_diff``, read as ``placement`` says."""
         trace = self._view_trace(view)
         if from_epoch > 0 and not trace.state.since.less_equal_time((from_epoch - 1,)):
             # times before from_epoch may have been advanced into the interval
             raise SinceViolation(trace.name, from_epoch - 1, trace.state.since)
-        df = trace.updates(at=(to_epoch - 1,), since=(from_epoch,))
-        df = df.where((F.col(TIME) >= from_epoch) & (F.col(TIME) < to_epoch))
+        df = trace.updates(at=(to_epoch - 1,), since=(from_epoch,), placement=placement)
         return linear.consolidate(df.drop(KEY_HASH))
 
     def view(self, name: str) -> n.View:

@@ -1,4 +1,4 @@
-"""Spark settings sized to the interval a run computes.
+"""Spark settings, and where the work runs, sized to the interval a run computes.
 
 Spark's defaults are made for large data: adaptive query execution re-plans
 after every exchange, and runs each exchange (shuffle or broadcast) as a Spark
@@ -14,7 +14,12 @@ read is one partition, so each trace's plan is one stage: no exchange, no file
 listing or scan set-up per read. One Spark job computes the batches of all traces
 of a layer, with no job counting them, and the driver writes them. A large
 interval (an initial load, a backfill, a large change) keeps the session's own
-settings, which are the right ones there.
+settings, which are the right ones there, unless it is small beside the state
+it touches (``LOOKUPS``: a change of 0.1 % of a large table): then each
+operator looks up the history of the change's keys, executors read and write
+everything, and adaptive execution is off, for its re-planning at every exchange
+runs each exchange as a Spark job of its own and a lookup's keys are broadcast
+by the plan anyway.
 
 Which one applies to a run is decided from the trace logs alone (no Spark job):
 the source records the run takes in, plus the sources a recomputed view reads in
@@ -35,6 +40,8 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from dd_etl.trace.placement import BULK, DRIVER, LOOKUPS, Placement
+
 SMALL_INTERVAL_RECORDS = 20_000
 """Up to this many source records read, a run is sized as small. Measured on the
 benchmark dataflow: 140,000 update rows took 26 to 31 s as a small interval and
@@ -44,13 +51,16 @@ benchmark dataflow: 140,000 update rows took 26 to 31 s as a small interval and
 @dataclass(frozen=True)
 class Sizing:
     name: str
+    placement: Placement
+    """Where the interval's reads and writes run. In the driver's, history lookups
+    read the touched keys' rows there, appended batches are read back there and
+    every read is one partition, so each trace's plan runs as one stage; one Spark
+    job computes the batches of a layer of traces, which the driver writes."""
     conf: Mapping[str, str] = field(default_factory=dict)
-    driver_rows: bool = False
-    """The interval's rows pass through the driver: history lookups read the
-    touched keys' rows there, appended batches are read back there and every read
-    is one partition (``DeltaTrace.local_reads``), so each trace's plan runs as one
-    stage; one Spark job computes the batches of a layer of traces, which the
-    driver writes (``DeltaStorage.one_task_writes`` for any other append)."""
+
+    @property
+    def driver_rows(self) -> bool:
+        return self.placement.driver
 
 
 LOCAL_RELATION_THRESHOLD = "spark.sql.execution.arrow.localRelationThreshold"
@@ -65,6 +75,7 @@ and its emptiness are worth more to the optimizer."""
 
 SMALL = Sizing(
     "small",
+    DRIVER,
     {
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.autoBroadcastJoinThreshold": "-1",
@@ -89,9 +100,29 @@ SMALL = Sizing(
         # they would add (``isnotnull``) or prune save nothing on a few thousand rows
         "spark.sql.constraintPropagation.enabled": "false",
     },
-    driver_rows=True,
 )
-LARGE = Sizing("large")
+LARGE = Sizing("large", BULK)
+
+
+def medium(parallelism: int) -> Sizing:
+    """The sizing of a change small beside its state, on Spark running ``parallelism``
+    tasks at once: as many shuffle partitions, which adaptive execution no longer
+    coalesces."""
+    return Sizing(
+        "medium",
+        LOOKUPS,
+        {
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.shuffle.partitions": str(parallelism),
+            # the files a lookup reads are listed by the driver, not by a Spark job
+            "spark.sql.sources.parallelPartitionDiscovery.threshold": str(2**31 - 1),
+        },
+    )
+
+
+MEDIUM_SHARE = 0.25
+"""An interval taking in at most this share of the records its dataflow's traces
+hold (and more than a small one) is sized medium: a change to a large table."""
 
 
 SMALL_INTERVAL_BYTES = 2 * 2**20
@@ -113,8 +144,13 @@ def records_at_most(estimated_bytes: int) -> int:
     return estimated_bytes // PARQUET_BYTES_PER_RECORD
 
 
-def for_records(records: int) -> Sizing:
-    return SMALL if records <= SMALL_INTERVAL_RECORDS else LARGE
+def for_records(records: int, state: int = 0, parallelism: int = 1) -> Sizing:
+    """The sizing of an interval taking in ``records``, beside the ``state`` records
+    the traces it touches hold (0: none, or not known), on Spark running
+    ``parallelism`` tasks at once."""
+    if records <= SMALL_INTERVAL_RECORDS:
+        return SMALL
+    return medium(parallelism) if records <= MEDIUM_SHARE * state else LARGE
 
 
 def for_bytes(estimated: int) -> Sizing:

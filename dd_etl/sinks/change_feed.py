@@ -13,6 +13,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.runtime import Runtime
 from dd_etl.sinks.delta_table import SinkCommit, SinkTable
 from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.placement import BULK, Placement
 
 EPOCH_COLUMN = "_epoch"
 DIFF_COLUMN = "_diff"
@@ -34,13 +35,14 @@ class ChangeFeed:
         self.columns = node.columns
         self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/changes", schema)
 
-    def plan(self, epoch: int) -> SinkCommit | None:
-        """The commit of the view's changes up to ``epoch`` (None: there already)."""
+    def plan(self, epoch: int, placement: Placement = BULK) -> SinkCommit | None:
+        """The commit of the view's changes up to ``epoch`` (None: there already),
+        read as ``placement`` says."""
         last = self.table.epoch()
         if last is not None and last >= epoch:
             return None
         start = 0 if last is None else last + 1
-        changes = self.runtime.changes(self.view, start, epoch + 1).select(
+        changes = self.runtime.changes(self.view, start, epoch + 1, placement).select(
             *self.columns,
             F.col(TIME).cast("long").alias(EPOCH_COLUMN),
             F.col(DIFF).cast("long").alias(DIFF_COLUMN),

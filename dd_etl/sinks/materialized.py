@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dd_etl.runtime import Runtime
 from dd_etl.sinks.delta_table import SinkCommit, SinkTable
+from dd_etl.trace.placement import BULK, Placement
 
 
 class MaterializedView:
@@ -21,15 +22,17 @@ class MaterializedView:
         schema = runtime.flow.views[view].schema
         self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/materialize", schema)
 
-    def plan(self, epoch: int, changed: bool | None = None) -> SinkCommit | None:
+    def plan(
+        self, epoch: int, changed: bool | None = None, placement: Placement = BULK
+    ) -> SinkCommit | None:
         """The commit that brings the table to the view as of ``epoch``; ``changed=False``
-        says the view did not change since the table's last epoch. None if the
-        table is there already."""
+        says the view did not change since the table's last epoch; the view is
+        read as ``placement`` says. None if the table is there already."""
         last = self.table.epoch()
         if last is not None and last >= epoch:
             return None
         meta = {"dd_etl.view": self.view}
         if changed is False and last == epoch - 1:
             return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
-        rows = self.runtime.read(self.view, as_of=epoch)
+        rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
         return SinkCommit(self.table, epoch, rows, replace=True, meta=meta)

@@ -37,6 +37,7 @@ from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import SinceViolation, TraceError
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
+from dd_etl.trace.placement import BULK, Placement
 from dd_etl.trace.spine import HASH_SPACE, HashRange
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot
@@ -49,10 +50,10 @@ of stored bytes for a scan: 1 M rows of eleven columns it put at 21 MB were 69 M
 in Arrow."""
 
 DRIVER_WRITTEN_RECORDS = 4 * spark_files.ROWS_PER_FILE
-"""A batch of unknown size, or bounded by at most this many records, is collected
-and written by the driver up to this many. The collect computes the whole batch
-before the driver sees a row, so a limit the batch passes is Spark's work thrown
-away (then done again by a write)."""
+"""A batch of unknown size in the driver's placement is collected and written by
+the driver up to this many records. The collect computes the whole batch before
+the driver sees a row, so a limit the batch passes is Spark's work thrown away
+(then done again by a write)."""
 
 PRUNING_MIN_FILES = 4
 """Below this many files a key lookup reads them all rather than prune."""
@@ -65,6 +66,12 @@ WHOLE_READ_RECORDS = 20_000
 them all in the driver rather than launch a Spark job to find which the keys'
 hashes prune: the job costs more than the read (a small trace's files each span
 its whole hash range, so none would be pruned anyway)."""
+
+WHOLE_SCAN_RECORDS = 1_000_000
+"""Up to this many records, a key lookup by Spark scans all the files that may
+hold them rather than first collect the keys' hashes to prune them: that job
+computes the keys once more (a reduction's come out of a join) and costs about
+what scanning a million records does on two cores."""
 
 
 @dataclass(frozen=True)
@@ -134,15 +141,6 @@ class DeltaStorage:
         self.spark = spark
         self.uri = uri
         self.rows_per_file = rows_per_file
-        self.one_task_writes = False
-        """Write appends of unknown size without a job counting them first: up to
-        ``DRIVER_WRITTEN_RECORDS`` are collected to the driver, which writes them;
-        more is written by one Spark task sorted by key hash and split into files by
-        record count (the files still cover consecutive hash ranges). Right for the
-        small intervals of incremental runs; in large ones only batches Spark
-        estimates small, or bounded by ``DRIVER_WRITTEN_RECORDS``, go to the
-        driver, and the others are counted (or sized by their bound) to be written
-        by many tasks."""
 
     def load(self, known: Snapshot | None = None) -> Snapshot:
         with phase(DELTA_LOG):
@@ -162,27 +160,31 @@ class DeltaStorage:
         updates: DataFrame | CollectedBatch,
         at_most: int | None = None,
         distinct: bool = False,
+        placement: Placement = BULK,
     ) -> list[DataFile]:
+        """A batch of unknown size is written without a job counting it first where
+        it is likely small: in the driver's ``placement`` (collected up to
+        ``DRIVER_WRITTEN_RECORDS``), or where Spark estimates its plan small; else
+        it is counted, so that many tasks write it."""
         if at_most == 0:
             return []
         if isinstance(updates, CollectedBatch):
             return self._write_collected(state, batch_dir(batch_id), updates.rows)
         directory = batch_dir(batch_id)
         stored = spark_files.to_stored(state, updates)
-        if at_most is not None and at_most > DRIVER_WRITTEN_RECORDS:
-            # Spark's, sized by the bound
-            return self._write_files(state, directory, stored, at_most, distinct)
         if (
             at_most is not None
-            or self.one_task_writes
+            or placement.driver
             or spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES
         ):
-            return self._write_files(state, directory, stored, None, distinct)  # one job
+            return self._write_files(state, directory, stored, at_most, distinct, placement)
         stored = stored.persist()
         try:
             with phase(SPARK):
                 records = stored.count()
-            return self._write_files(state, directory, stored, records, distinct) if records else []
+            if not records:
+                return []
+            return self._write_files(state, directory, stored, records, distinct, placement)
         finally:
             stored.unpersist()
 
@@ -192,19 +194,29 @@ class DeltaStorage:
         directory: str,
         stored: DataFrame,
         records: int | None,
-        distinct: bool = False,
+        distinct: bool,
+        placement: Placement,
     ) -> list[DataFile]:
-        """Write ``stored`` (of about ``records`` records, if known; ``distinct`` ones
-        need no summing) under ``directory``: one file's worth, or up to
-        ``DRIVER_WRITTEN_RECORDS`` of unknown size, is collected and written by the
-        driver, more by Spark."""
-        if records is None or records <= self.rows_per_file:
+        """Write ``stored`` (of at most about ``records`` records, if known;
+        ``distinct`` ones need no summing) under ``directory``. In the driver's
+        placement, one file's worth (up to ``DRIVER_WRITTEN_RECORDS`` of unknown
+        size) is collected and written by the driver; everything else is written
+        by Spark's executors (``spark_files.write_files``)."""
+        if placement.driver and (records is None or records <= self.rows_per_file):
             at_most = self.rows_per_file if records is not None else DRIVER_WRITTEN_RECORDS
             [batch] = collect_batches([plan_batch(state, stored, at_most, distinct)])
             if batch is not None:
                 return self._write_collected(state, directory, batch.rows)
         return spark_files.write_files(
-            self.spark, self.uri, directory, state, stored, records, self.rows_per_file, distinct
+            self.spark,
+            self.uri,
+            directory,
+            state,
+            stored,
+            records,
+            self.rows_per_file,
+            distinct,
+            shuffled=not placement.driver,
         )
 
     def _write_collected(self, state: TraceState, directory: str, rows: pa.Table) -> list[DataFile]:
@@ -226,7 +238,7 @@ class DeltaStorage:
             df = df.where(F.col(KEY_HASH) < hashes.end)
         df = spark_files.advance_times(df, state.dims, merge.since)
         estimate = sum(f.records for f in inputs)
-        return self._write_files(state, directory, df, estimate)
+        return self._write_files(state, directory, df, estimate, False, BULK)
 
     def discard(self, files: Sequence[DataFile]) -> None:
         spark_files.remove_files(self.uri, files)
@@ -244,11 +256,6 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         self.spark = spark
         self.uri = uri
         self.delta_storage = DeltaStorage(spark, uri, rows_per_file)
-        self.local_reads = False
-        """Reads of few records made in the driver (``arrow_files``), and every read
-        in one partition. Right for small intervals: one partition satisfies every
-        distribution Spark's operators require, so a plan over such reads runs
-        without an exchange, as one stage; large intervals read with Spark."""
         super().__init__(self.delta_storage)
 
     @classmethod
@@ -287,10 +294,15 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         since: Time | None = None,
         key_hashes: Sequence[int] | None = None,
         exact: bool = True,
+        placement: Placement = BULK,
     ) -> DataFrame:
-        """Stored updates (data, key hash, times, diff), optionally only of ``keys``,
-        and only from files that can hold times ``≤ at`` and times ``≥ since``
-        (the files are chosen by their time bounds; the rows are not filtered).
+        """Stored updates (data, key hash, times, diff) at times ``≤ at`` and ``≥ since``,
+        optionally only of ``keys``, read as ``placement`` says.
+
+        The times are bounded by choosing files by their time bounds, and by a
+        filter only where a chosen file holds times on both sides of a bound (a
+        merged batch): a run's plans then hold no literal of its epoch, so Spark's
+        code generated for one epoch serves the next (``_time_filter``).
 
         ``key_hashes``, the sorted hashes of ``keys`` as this trace hashes them
         (``key_types``), when the caller knows them: only rows with those hashes
@@ -300,22 +312,26 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         anyway, saving a join of every row read.
         """
         files = self._files_between(at, since)
+        bounded = _time_filter(files, at, since, self.state.dims)
         if keys is None or not self.state.key:
-            return self._read(files)
+            return _where(self._read(files, placement), bounded)
         if key_hashes is None:
-            df = self._read(self._files_for_keys(files, keys))
+            df = self._read(self._files_for_keys(files, keys, placement), placement)
         else:
             files = [f for f in files if _holds_any(f, key_hashes)]
             found = self._read_in_driver(files, key_hashes)
             if found is not None and not exact:
-                return self._partitioned(found)
-            df = self._partitioned(found if found is not None else self._scan(files))
+                return _where(_partitioned(found, placement), bounded)
+            df = _partitioned(found if found is not None else self._scan(files), placement)
+        df = _where(df, bounded)
         # An inner join with the distinct keys, not a semi join: Spark moves a semi
         # join below the one-partition coalesce of a local read, and then shuffles.
         probe = [(quote(k), quote(f"__probe_{i}")) for i, k in enumerate(self.state.key)]
         wanted = sql_text.select(keys, [f"{k} AS {p}" for k, p in probe]).distinct()
-        if self.local_reads:
+        if placement.driver:
             wanted = wanted.coalesce(1)
+        elif placement.broadcast_keys:
+            wanted = wanted.hint("broadcast")
         cond = sql_text.expr(df.sparkSession, " AND ".join(f"{k} <=> {p}" for k, p in probe))
         return sql_text.columns(df.join(wanted, cond, "inner"), df.columns)
 
@@ -355,10 +371,10 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         the driver (``summary.first_rows``); None when Spark should read them."""
         return summary.first_rows(self.uri, self.state, self.files(), limit)
 
-    def _read(self, files: Sequence[DataFile]) -> DataFrame:
-        """The rows of ``files``: in the driver for local reads, else by Spark."""
-        found = self._read_in_driver(files) if self.local_reads else None
-        return self._partitioned(found if found is not None else self._scan(files))
+    def _read(self, files: Sequence[DataFile], placement: Placement) -> DataFrame:
+        """The rows of ``files``: in the driver in its placement, else by Spark."""
+        found = self._read_in_driver(files) if placement.driver else None
+        return _partitioned(found if found is not None else self._scan(files), placement)
 
     def _scan(self, files: Sequence[DataFile]) -> DataFrame:
         return spark_files.read_files(self.spark, self.uri, self.state, files)
@@ -371,41 +387,40 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         with phase(LOOKUPS):
             return arrow_files.read_rows(self.spark, self.uri, self.state, files, key_hashes)
 
-    def _partitioned(self, df: DataFrame) -> DataFrame:
-        return df.coalesce(1) if self.local_reads else df
-
     def read_at(
         self,
         at: Time | None = None,
         keys: DataFrame | None = None,
         key_hashes: Sequence[int] | None = None,
+        placement: Placement = BULK,
     ) -> DataFrame:
         """The collection accumulated at time ``at`` (default: everything committed),
         as data columns plus ``_diff``, the multiplicity of each distinct row;
-        ``keys`` and ``key_hashes`` as ``updates`` takes them."""
+        ``keys``, ``key_hashes`` and ``placement`` as ``updates`` takes them."""
         self._check_since(at)
-        df = self._until(at, self.updates(keys, at, key_hashes=key_hashes))
+        df = self._data_and_diff(self.updates(keys, at, key_hashes=key_hashes, placement=placement))
         return consolidated(df, spark_files.data_schema(self.state).fieldNames())
 
     def updates_until(
-        self, at: Time, keys: DataFrame, key_hashes: Sequence[int] | None
+        self,
+        at: Time,
+        keys: DataFrame,
+        key_hashes: Sequence[int] | None,
+        placement: Placement = BULK,
     ) -> DataFrame:
         """The updates of ``keys`` at times ``≤ at``, as data columns plus ``_diff``,
         neither consolidated nor always exact (``updates`` with ``exact`` false):
         for a reduction, which joins on the key and sums per key itself, it saves
         a join and an aggregate of every row read, over ``read_at``."""
         self._check_since(at)
-        return self._until(at, self.updates(keys, at, key_hashes=key_hashes, exact=False))
+        updates = self.updates(keys, at, key_hashes=key_hashes, exact=False, placement=placement)
+        return self._data_and_diff(updates)
 
     def _check_since(self, at: Time | None) -> None:
         if at is not None and not self.state.since.less_equal_time(at):
             raise SinceViolation(self.name, at, self.state.since)
 
-    def _until(self, at: Time | None, updates: DataFrame) -> DataFrame:
-        """``updates`` at times ``≤ at``: data columns and ``_diff``."""
-        if at is not None:
-            times = zip(time_columns(self.state.dims), at, strict=True)
-            updates = updates.where(" AND ".join(f"{quote(c)} <= {bound}" for c, bound in times))
+    def _data_and_diff(self, updates: DataFrame) -> DataFrame:
         return sql_text.columns(updates, [*spark_files.data_schema(self.state).fieldNames(), DIFF])
 
     @property
@@ -422,10 +437,15 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         with phase(LOOKUPS):
             return arrow_files.key_hashes(self.uri, files, since)
 
-    def _files_for_keys(self, files: list[DataFile], keys: DataFrame) -> list[DataFile]:
+    def _files_for_keys(
+        self, files: list[DataFile], keys: DataFrame, placement: Placement
+    ) -> list[DataFile]:
+        """The ``files`` that can hold ``keys``, by their hash bounds, where a Spark
+        job collecting the keys' hashes costs less than reading them all."""
         if len(files) <= PRUNING_MIN_FILES:
             return files  # nothing to gain from a Spark job that collects the probe hashes
-        if self.local_reads and sum(f.records for f in files) <= WHOLE_READ_RECORDS:
+        records = sum(f.records for f in files)
+        if records <= (WHOLE_READ_RECORDS if placement.driver else WHOLE_SCAN_RECORDS):
             return files
         if tuple(keys.schema[k].dataType for k in self.state.key) != self.key_types:
             # Equal keys of other types (int and bigint, decimal and double) hash
@@ -479,6 +499,32 @@ def _holds_any(file: DataFile, sorted_hashes: Sequence[int]) -> bool:
     lo, hi = bounds
     i = bisect_left(sorted_hashes, lo)
     return i < len(sorted_hashes) and sorted_hashes[i] <= hi
+
+
+def _time_filter(
+    files: Sequence[DataFile], at: Time | None, since: Time | None, dims: int
+) -> str | None:
+    """The SQL filter that bounds the rows of ``files`` (chosen by their time
+    bounds) to times ``≤ at`` and ``≥ since``; None when every file lies within
+    the bounds already, as the batches of single intervals do: no epoch literal
+    then enters the plan."""
+    terms = []
+    columns = time_columns(dims)
+    for i, c in enumerate(columns):
+        bounds = [column_bounds(f, c) for f in files]
+        if at is not None and any(b is None or b[1] > at[i] for b in bounds):
+            terms.append(f"{quote(c)} <= {at[i]}")
+        if since is not None and any(b is None or b[0] < since[i] for b in bounds):
+            terms.append(f"{quote(c)} >= {since[i]}")
+    return " AND ".join(terms) or None
+
+
+def _partitioned(df: DataFrame, placement: Placement) -> DataFrame:
+    return df.coalesce(1) if placement.driver else df
+
+
+def _where(df: DataFrame, condition: str | None) -> DataFrame:
+    return df if condition is None else df.where(condition)
 
 
 def _may_hold_times_from(file: DataFile, since: Time, dims: int) -> bool:

@@ -35,6 +35,12 @@ from dd_etl.trace.state import TraceState
 
 ROWS_PER_FILE = 250_000
 
+ONE_TASK_RECORDS = 1_000_000
+"""A batch bounded by this many records is written by one task, which starts a
+new file every ``ROWS_PER_FILE`` records of its key-hash order: no job samples
+the batch for range boundaries, and a loose bound (a reduction's, that every key
+it reads a change of changes) costs nothing."""
+
 
 def data_schema(state: TraceState) -> StructType:
     return StructType.fromJson(json.loads(state.schema))
@@ -92,20 +98,27 @@ def estimated_bytes(df: DataFrame) -> int:
         return sys.maxsize
 
 
-def consolidate(df: DataFrame, partitions: int, distinct: bool = False) -> DataFrame:
+def consolidate(
+    df: DataFrame, partitions: int, distinct: bool = False, shuffled: bool = False
+) -> DataFrame:
     """Sum the diffs of equal rows, drop zeros, and lay rows out by key hash; only
     the layout for ``distinct`` rows, of which no two share data and time (and
     none has a zero diff): summing a million distinct rows costs as much again as
     sorting them.
 
     Range partitioning by key hash already co-locates equal rows, so the
-    aggregation needs no second shuffle.
+    aggregation needs no second shuffle. One partition needs no range boundaries:
+    it satisfies the aggregation's distribution already. It is made by a shuffle
+    when ``shuffled`` (the plan's last stage may scan much to keep little: a
+    lookup in a large history), else by coalescing the partitions of a plan that
+    is small throughout (a small interval's, one partition already).
     """
     columns = df.columns
     group = [c for c in columns if c != DIFF]
-    # One file needs no range boundaries and no shuffle: a single partition already
-    # satisfies the aggregation's distribution.
-    laid_out = df.coalesce(1) if partitions == 1 else df.repartitionByRange(partitions, KEY_HASH)
+    if partitions > 1:
+        laid_out = df.repartitionByRange(partitions, KEY_HASH)
+    else:
+        laid_out = df.repartition(1) if shuffled else df.coalesce(1)
     out = (laid_out if distinct else consolidated(laid_out, group)).sortWithinPartitions(KEY_HASH)
     # the stored layout ends with the diff, as the aggregation leaves it
     return out if columns[-1] == DIFF else sql_text.columns(out, columns)
@@ -133,13 +146,16 @@ def write_files(
     records_hint: int | None,
     rows_per_file: int = ROWS_PER_FILE,
     distinct: bool = False,
+    shuffled: bool = False,
 ) -> list[DataFile]:
     """Consolidate ``df`` (stored layout) and write it under ``root/directory``:
     range-partitioned into files of about ``rows_per_file`` records when
-    ``records_hint`` says how many there are, else by one task that starts a new
-    file every ``rows_per_file`` records."""
-    partitions = 1 if records_hint is None else max(1, math.ceil(records_hint / rows_per_file))
-    out = consolidate(df, partitions, distinct)
+    ``records_hint`` says there are more than ``ONE_TASK_RECORDS``, else by one
+    task that starts a new file every ``rows_per_file`` records (``consolidate``
+    tells ``shuffled``)."""
+    few = records_hint is None or records_hint <= ONE_TASK_RECORDS
+    partitions = 1 if few else math.ceil((records_hint or 0) / rows_per_file)
+    out = consolidate(df, partitions, distinct, shuffled)
     target = os.path.join(root, directory)
     with phase(SPARK):
         writer = out.write.mode("errorifexists").option("maxRecordsPerFile", rows_per_file)

@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar
 
 from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.errors import TraceError
+from dd_etl.trace.placement import BULK, Placement
 from dd_etl.trace.spine import HashRange
 from dd_etl.trace.state import Merge, TraceState
 
@@ -85,6 +86,7 @@ class Storage(Protocol[U_contra]):
         updates: U_contra,
         at_most: int | None = None,
         distinct: bool = False,
+        placement: Placement = BULK,
     ) -> list[DataFile]:
         """Write updates as files of a new batch that no reader sees until committed.
 
@@ -92,6 +94,7 @@ class Storage(Protocol[U_contra]):
         one (it counted them anyway): the store then lays the files out without
         counting them again, and writes nothing at all for a bound of 0.
         ``distinct``: no two updates share data and time, so none need summing.
+        ``placement``: where the interval's work runs (the driver, or executors).
         """
         ...
 

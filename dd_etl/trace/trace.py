@@ -21,6 +21,7 @@ from dd_etl.trace.batch import DataFile
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import CommitConflict, TraceError, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
+from dd_etl.trace.placement import BULK, Placement
 from dd_etl.trace.spine import HASH_SPACE, HashRange, cursor_after, remaining_work
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion, Storage
@@ -102,13 +103,15 @@ class Trace(Generic[U]):
         at_most: int | None = None,
         holds: Callable[[TraceState], TraceState] | None = None,
         distinct: bool = False,
+        placement: Placement = BULK,
     ) -> bool:
         """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``,
         recording ``meta`` in the same commit. ``at_most`` bounds the number of
         updates when the caller knows it, so the storage need not count them.
         ``holds`` moves readers' holds forward in the same commit, where a commit
         of their own would cost as much as the append's. ``distinct``: no two
-        updates share data and time (``Storage.write_batch``).
+        updates share data and time; ``placement``: where the interval's work runs
+        (``Storage.write_batch``).
 
         A no-op returning False when the trace already reached ``upper`` (the
         interval was appended before, e.g. by a run that crashed after committing).
@@ -120,7 +123,7 @@ class Trace(Generic[U]):
         if lower != state.upper:
             raise UpperMismatch(self.name, lower, state.upper)
         batch_id = new_batch_id()
-        files = self.storage.write_batch(state, batch_id, updates, at_most, distinct)
+        files = self.storage.write_batch(state, batch_id, updates, at_most, distinct, placement)
         failpoint("append.files_written")
         records = sum(f.records for f in files)
         description = Description(lower, upper, Antichain.minimum(state.dims))

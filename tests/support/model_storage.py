@@ -15,6 +15,7 @@ from dd_etl.lattice import Antichain, Time, advance_by
 from dd_etl.trace.batch import DataFile, batch_dir, batch_id_of_path
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.file_stats import make_stats
+from dd_etl.trace.placement import BULK, Placement
 from dd_etl.trace.spine import HashRange
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
@@ -106,8 +107,10 @@ class MemoryStorage:
         updates: list[Update],
         at_most: int | None = None,
         distinct: bool = False,
+        placement: Placement = BULK,
     ) -> list[DataFile]:
-        # a caller's bound must hold: Delta storage trusts it and writes nothing for 0
+        # where the work runs changes nothing in memory (``placement``); a caller's
+        # bound must hold: Delta storage trusts it and writes nothing for 0
         assert at_most is None or len(consolidate(updates)) <= at_most, "bound broken"
         # and so must its word that no two updates share data and time
         assert not distinct or len({(d, t) for d, t, _ in updates}) == len(updates), "not distinct"
