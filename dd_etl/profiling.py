@@ -58,6 +58,9 @@ class RunProfile:
     sizing: str
     phases: dict[str, float]
     traces: dict[str, Cost]
+    layers: list[str] = field(default_factory=list)
+    """How each layer of the dataflow ran, in order: the interval's sizing, or
+    ``small`` for a layer of a larger one whose traces read few records."""
     jvm_compiling: float | None = None
     """Seconds the driver JVM's JIT compilers worked during the run, summed over
     their threads (None where the JVM does not tell). Not a phase of the run: it
@@ -82,6 +85,8 @@ class RunProfile:
             f"({self.sizing} interval)",
             f"  phases (summed over threads): {phases}{compiling}",
         ]
+        if self.layers:
+            out.append(f"  layers: {', '.join(self.layers)}")
         ranked = sorted(self.traces.items(), key=lambda kv: (-kv[1].seconds, kv[0]))
         width = max((len(name) for name in self.traces), default=0)
         for name, c in ranked:
@@ -99,6 +104,7 @@ class Profiler:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.sizing = ""  # told by the run once it has sized its interval
+        self.layers: list[str] = []  # and each layer's sizing, as it runs them
         self._tag = f"dd_etl-{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
         self._seconds: dict[str, float] = defaultdict(float)
@@ -224,6 +230,7 @@ class Profiler:
             spark_jobs=own_jobs + sum(c.spark_jobs for c in traces.values()),
             spark_stages=own_stages + sum(c.spark_stages for c in traces.values()),
             sizing=self.sizing,
+            layers=list(self.layers),
             phases=_rounded(totals),
             traces=traces,
             jvm_compiling=(

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 from dd_etl.lattice import Antichain
 from dd_etl.runtime.sizing import applied, medium
 from dd_etl.trace import arrow_files, delta_log, delta_trace, spark_files
-from dd_etl.trace.batch import DataFile
+from dd_etl.trace.batch import DataFile, WrittenBatch
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import (
     DeltaStorage,
@@ -41,6 +41,7 @@ from dd_etl.trace.delta_trace import (
     collect_batches,
 )
 from dd_etl.trace.errors import SinceViolation, UpperMismatch
+from dd_etl.trace.executor_writes import write_each
 from dd_etl.trace.file_stats import hash_bounds
 from dd_etl.trace.placement import BULK, DRIVER, LOOKUPS, Placement
 from dd_etl.trace.trace import Trace
@@ -158,7 +159,7 @@ def test_first_rows_leave_nested_columns_to_spark(spark: SparkSession, tmp_path:
 
 
 def assert_descriptions_hold(spark: SparkSession, trace: DeltaTrace) -> None:
-    """DESIGN invariant 1, read off the stored files of every batch."""
+    """Invariant 1 (descriptions), read off the stored files of every batch."""
     for b in trace.state.batches:
         df = spark_files.read_files(spark, trace.uri, trace.state, trace.files([b.id]))
         for row in df.select("_time").distinct().collect():
@@ -629,3 +630,52 @@ def jobs_of(spark: SparkSession, group: str, work: Callable[[], object]) -> int:
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_the_batches_of_several_traces_are_written_by_one_job_on_the_executors(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A layer's batches, of traces of different layouts, computed and written by
+    one Spark job: each trace's files slices of its key-hash order, with the
+    bounds its log records; each trace commits its own, and a trace that holds
+    the interval already commits nothing and leaves no file behind."""
+    kv = new_trace(spark, tmp_path / "kv", rows_per_file=4)
+    wide_schema = StructType(
+        [StructField("id", LongType()), StructField("d", DateType()), StructField("n", LongType())]
+    )
+    wide = DeltaTrace.create(
+        spark, str(tmp_path / "wide"), "w", wide_schema, ["id"], rows_per_file=2
+    )
+    kv_rows = [((k % 7, f"v{k % 7}"), (0,), 1) for k in range(10)]  # duplicates consolidate
+    wide_rows = spark.createDataFrame(
+        [(i, dt.date(2026, 1, i), i * 10, 0, 1) for i in range(1, 4)],
+        "id long, d date, n long, _time long, _diff long",
+    )
+    planned = [kv.executor_batch(frame(spark, kv_rows)), wide.executor_batch(wide_rows)]
+    batches: list[WrittenBatch] = []
+    with applied(spark, medium(2)):
+        assert jobs_of(spark, "executor-writes", lambda: batches.extend(write_each(planned))) == 1
+    kv_batch, wide_batch = batches
+    assert [f.records for f in kv_batch.files] == [4, 3]
+    assert [f.records for f in wide_batch.files] == [2, 1]
+    for batch, root in ((kv_batch, tmp_path / "kv"), (wide_batch, tmp_path / "wide")):
+        bounds = [hash_bounds(f) for f in batch.files]
+        assert None not in bounds
+        assert [b for pair in bounds if pair for b in pair] == sorted(
+            b for pair in bounds if pair for b in pair
+        )
+        for f in batch.files:
+            assert (root / f.path).stat().st_size == f.size
+            assert pq.ParquetFile(root / f.path).metadata.num_rows == f.records
+
+    assert kv.append_written(kv_batch, e(0), e(1))
+    assert wide.append_written(wide_batch, e(0), e(1))
+    assert contents(kv.read_at()) == {(k, f"v{k}"): 2 if k < 3 else 1 for k in range(7)}
+    assert sorted((r["id"], r["n"], r["_diff"]) for r in wide.read_at().collect()) == [
+        (1, 10, 1),
+        (2, 20, 1),
+        (3, 30, 1),
+    ]
+    again = write_each([wide.executor_batch(wide_rows)])[0]
+    assert not wide.append_written(again, e(0), e(1))
+    assert not any((tmp_path / "wide" / f.path).exists() for f in again.files)

@@ -260,8 +260,8 @@ def test_large_and_small_sizings_compute_the_same_views(
         load(spark, rt, 60)
         loaded = rt.run().profile
         assert loaded is not None and loaded.sizing == ("small" if name == "small" else "large")
-        small_layers = [t for t in loaded.traces if t.startswith(f"{LAYER_LABEL}/")]
-        assert bool(small_layers) == (name not in ("large", "medium")), small_layers
+        # a load's layers reading few records run small, unless nothing ever does
+        assert ("small" in loaded.layers) == (name not in ("large", "medium")), loaded.layers
         for epoch in (1, 2):
             change(spark, rt, epoch)
         # both epochs: a few records, beside the load's

@@ -35,10 +35,11 @@ def uninterrupted(
         ("append.files_written=12", None),
         ("layer.collected=6", None),
         ("append.committed=16", None),
-        # sized large past 8 source records: both runs are. The first's batches are
-        # bounded by the trace logs and written by the driver; the second's third
-        # layer, which reads fewer records, runs small
+        # sized past small at 8 source records: both runs are. Their batches bounded
+        # by the trace logs are written together by the executors, a layer's in one
+        # job; the second's third layer, which reads fewer records, runs small
         ("append.files_written=5", "8"),
+        ("layer.written=2", "8"),
         ("layer.collected=1", "8"),
     ],
 )

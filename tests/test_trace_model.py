@@ -2,7 +2,7 @@
 
 The reference is the plain list of every update ever appended: accumulating the
 trace at any time in advance of its ``since`` must agree with it, whatever
-appends, holds, merges and compactions happened in between (DESIGN invariant 2).
+appends, holds, merges and compactions happened in between (invariant 2 of ARCHITECTURE.md).
 """
 
 from __future__ import annotations

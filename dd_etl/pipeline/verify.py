@@ -1,5 +1,5 @@
 """``verify``: every view recomputed from scratch and compared with its trace
-(DESIGN invariant 6), and every source's trace compared with the source itself
+(invariant 6 of ARCHITECTURE.md), and every source's trace compared with the source itself
 at the position its last epoch covered (the change capture was right).
 
 Floating-point columns are compared to single precision: a SUM of doubles

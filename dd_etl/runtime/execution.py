@@ -6,15 +6,18 @@
    is refreshed (incrementally, or recomputed in full);
 2. find the pending interval ``[lower, upper)``: ``upper`` the meet of the
    sources' uppers, ``lower`` the least upper of the traces to maintain;
-3. size the interval from the trace logs (no Spark job): a small one looks up
-   history in the driver and runs one Spark job per layer, and so does a layer of
-   a large one whose traces read few records (``Interval.layer_sizing``);
+3. size the interval from the trace logs (no Spark job), and with it choose where
+   its work runs (``runtime/sizing.py``): a small one looks up history in the
+   driver, a medium one (small beside its state) broadcasts its keys to lookups
+   on the executors, a large one joins whole inputs there; a layer of traces
+   that read few records runs small (``Interval.layer_sizing``);
 4. bring the traces up to date layer by layer, the traces of a layer side by
-   side (``Interval``): each plans its batch for ``[its upper, upper)``; in a
-   small interval one Spark job (per eight traces) computes the layer's batches
-   into the driver (``collect_batches``), in a large one each trace's append is a job of its
-   own; each trace appends with its own compare-and-append, then reads the
-   interval back from the committed files;
+   side (``Interval``): each plans its batch for ``[its upper, upper)``; one Spark
+   job (per eight traces) computes the layer's batches into the driver
+   (``collect_batches``), or, on the executors, computes and writes those the
+   trace logs bound (``write_each``), a larger batch a job of its own; each trace
+   appends with its own compare-and-append, then reads the interval back from
+   the committed files;
 5. move the runtime's holds on the traces no append of this run committed to
    ``upper - 1`` (the sources, mostly): an append moved the others' holds to
    ``lower - 1`` in its own commit, and the next run's append moves them on.
@@ -24,7 +27,7 @@ reads them, so downstream operators consume committed data and nothing is
 computed twice. A crash anywhere leaves each trace either before or after its
 append; the next run starts from the least upper and recomputes only what is
 missing (the changes are a deterministic function of the inputs before
-``upper``, DESIGN invariant 5), and appends that were already committed are
+``upper``, invariant 5 of ARCHITECTURE.md), and appends that were already committed are
 no-ops. That holds inside a layer too: a crash after its Spark job, or after
 some of its traces committed, leaves the others to the next run.
 """
@@ -71,8 +74,17 @@ from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import Sizing, for_records
 from dd_etl.spark import full_compiler_for
 from dd_etl.sql_text import quote
+from dd_etl.trace.batch import WrittenBatch
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
-from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch, collect_batches
+from dd_etl.trace.delta_trace import (
+    SMALL_BATCH_BYTES,
+    CollectedBatch,
+    DeltaTrace,
+    PlannedBatch,
+    collect_batches,
+)
+from dd_etl.trace.executor_writes import ExecutorBatch, write_each
+from dd_etl.trace.spark_files import ONE_TASK_RECORDS, estimated_bytes
 
 if TYPE_CHECKING:
     from dd_etl.runtime.runner import Runtime
@@ -150,6 +162,7 @@ def _execute(
 
         for depth, layer in enumerate(rt.layers(chosen, unmaintained)):
             layer_sizing = interval.layer_sizing(layer)
+            profiler.layers.append(layer_sizing.name)
             with rt.sized(layer_sizing) if layer_sizing is not sizing else nullcontext():
                 _bring_layer(interval.sized(layer_sizing), layer, depth, pool, profiler, on_trace)
         # 5. holds released where no append of this run moved them: history before
@@ -175,7 +188,9 @@ def _bring_layer(
 ) -> None:
     """Bring the traces of one layer up to date, side by side, as the layer's
     sizing says: in the driver's placement, one Spark job (per eight traces)
-    computes their batches into the driver; else each append is a job of its own."""
+    computes their batches into the driver, which writes them; else one Spark job
+    computes and writes on the executors every batch the trace logs bound by a
+    million records (``executor_writes``), and a larger one is a job of its own."""
 
     def plan(node: n.Node) -> Append | None:
         with profiler.trace(_label(node)):
@@ -185,7 +200,7 @@ def _bring_layer(
             # the batch as stored planned here too: side by side, not in turn
             return planned.to_collect()
 
-    def append(planned: tuple[Append, CollectedBatch | None]) -> None:
+    def append(planned: tuple[Append, CollectedBatch | WrittenBatch | None]) -> None:
         with profiler.trace(_label(planned[0].node)):
             interval.append(*planned)
 
@@ -195,14 +210,23 @@ def _bring_layer(
         if on_trace is not None:
             on_trace(node)
 
+    appends = [a for a in pool.map(plan, layer) if a is not None]
+    batches: list[CollectedBatch | WrittenBatch | None] = [None] * len(appends)
     if interval.sizing.driver_rows:
-        appends = [a for a in pool.map(plan, layer) if a is not None]
-        batches: list[CollectedBatch | None] = [None] * len(appends)
         if any(a.changes is not None for a in appends):
             with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                batches = collect_batches([a.stored for a in appends])
+                batches = list(collect_batches([a.stored for a in appends]))
             failpoint("layer.collected")
-        list(pool.map(append, zip(appends, batches, strict=True)))
+    else:
+        together = [i for i, a in enumerate(appends) if interval.written_together(a)]
+        if together:
+            planned = [appends[i] for i in together]
+            with profiler.trace(f"{LAYER_LABEL}/{depth}"):
+                written = write_each([a.executor_batch() for a in planned])
+            failpoint("layer.written")
+            for i, batch in zip(together, written, strict=True):
+                batches[i] = batch
+    list(pool.map(append, zip(appends, batches, strict=True)))
     list(pool.map(bring, layer))
 
 
@@ -249,6 +273,11 @@ class Append:
         if self.changes is None:
             return self
         return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
+
+    def executor_batch(self) -> ExecutorBatch:
+        """This append's batch planned for the executors to write (``write_each``)."""
+        assert self.changes is not None
+        return self.trace.executor_batch(self.changes, self.distinct)
 
 
 @dataclass
@@ -355,8 +384,21 @@ class Interval:
         distinct = not self._recomputed(node) and distinct_updates(node)
         return Append(node, trace, lower, upper, changes, distinct=distinct)
 
-    def append(self, planned: Append, collected: CollectedBatch | None = None) -> None:
-        """Append a planned batch, computed already when ``collected`` is given.
+    def written_together(self, planned: Append) -> bool:
+        """Whether ``planned``'s batch is written with its layer's others, by one task
+        of one Spark job: when the trace logs bound it by ``ONE_TASK_RECORDS``, or
+        Spark estimates its plan small. A larger one is written alone, by as many
+        tasks as a count of it calls for."""
+        if planned.changes is None:
+            return False
+        bound = self._batch_bound(planned.node)
+        if bound is not None:
+            return bound <= ONE_TASK_RECORDS
+        return estimated_bytes(planned.changes) <= SMALL_BATCH_BYTES
+
+    def append(self, planned: Append, batch: CollectedBatch | WrittenBatch | None = None) -> None:
+        """Append a planned batch: computed into the driver already, or written
+        already (``batch``), or computed and written now.
 
         The commit also moves the runtime's holds to ``lower - 1``, where the last
         run left history readable: what its own end would have released with a
@@ -367,8 +409,10 @@ class Interval:
             # nothing in, nothing out: an empty batch, committed without a Spark job
             empty = self.rt.flow.empty_updates(node.schema)
             appended = trace.compare_and_append(empty, lower, upper, at_most=0, holds=holds)
-        elif collected is not None:
-            appended = trace.compare_and_append(collected, lower, upper, holds=holds)
+        elif isinstance(batch, WrittenBatch):
+            appended = trace.append_written(batch, lower, upper, holds=holds)
+        elif batch is not None:
+            appended = trace.compare_and_append(batch, lower, upper, holds=holds)
         else:
             bound = self._batch_bound(node)
             appended = trace.compare_and_append(

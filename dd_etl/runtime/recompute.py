@@ -1,7 +1,7 @@
 """Evaluate a view from scratch: the sources accumulated at one epoch, then every
 operator as a plain Spark batch query over multiplicities.
 
-This is what incremental maintenance must equal (DESIGN invariant 6): the
+This is what incremental maintenance must equal (invariant 6 of ARCHITECTURE.md): the
 baseline benchmarks compare against, and what a verification recomputes. It
 shares the per-group reduction functions with the incremental path but none of
 its delta logic: no traces of intermediate results, no interesting times.

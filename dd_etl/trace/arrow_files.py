@@ -26,23 +26,20 @@ would be a job of its own, of fixed cost, if Spark wrote it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, StructType
 
-from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.local_relations import local_relation
-from dd_etl.sql_text import quote
 from dd_etl.trace import file_cache, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import KEY_HASH, time_columns
+from dd_etl.trace.slots import PART, slot, tagged_union
 from dd_etl.trace.state import TraceState
 
 DRIVER_KEPT_RECORDS = 250_000
@@ -107,62 +104,20 @@ def read_table(
 
 def collect_each(dfs: Sequence[DataFrame], at_most: Sequence[int]) -> list[pa.Table | None]:
     """The rows of each of ``dfs`` in the driver, in its order, or None for one with
-    more rows than its ``at_most``: all in one Spark job, which brings at most
-    ``at_most + 1`` rows of each to the driver.
-
-    Each DataFrame must be one partition (its order is kept). They pass through
-    one union, tagged, each column in a slot of its own type (``_slots``): none
-    is converted, and the union is as wide as the widest of them, plus a slot
-    for each type only some of them have.
-    """
+    more rows than its ``at_most``: all in one Spark job (``slots.tagged_union``),
+    which brings at most ``at_most + 1`` rows of each to the driver. Each
+    DataFrame must be one partition (its order is kept)."""
     if not dfs:
         return []
-    slots, placement = _slots([df.schema for df in dfs])
-    parts = []
-    for i, (df, limit, placed) in enumerate(zip(dfs, at_most, placement, strict=True)):
-        column_in = {k: name for name, k in zip(df.columns, placed, strict=True)}
-        filled = [
-            quote(column_in[k]) if k in column_in else sql_text.cast("NULL", t)
-            for k, t in enumerate(slots)
-        ]
-        exprs = [f"{i} AS {_PART}", *[f"{e} AS {_slot(k)}" for k, e in enumerate(filled)]]
-        parts.append(sql_text.select(df.limit(limit + 1), exprs))
-    table = reduce(DataFrame.union, parts).toArrow()
+    limited = [df.limit(limit + 1) for df, limit in zip(dfs, at_most, strict=True)]
+    union, placement = tagged_union(limited)
+    table = union.toArrow()
     out: list[pa.Table | None] = []
     for i, (df, limit, placed) in enumerate(zip(dfs, at_most, placement, strict=True)):
-        part = table.filter(pc.equal(table.column(_PART), i))
-        rows = part.select([_slot(k) for k in placed]).rename_columns(df.columns)
+        part = table.filter(pc.equal(table.column(PART), i))
+        rows = part.select([slot(k) for k in placed]).rename_columns(df.columns)
         out.append(rows if rows.num_rows <= limit else None)
     return out
-
-
-def _slots(schemas: Sequence[StructType]) -> tuple[list[DataType], list[list[int]]]:
-    """Slots for the columns of every schema, and where each schema's columns go:
-    the n-th column of a type goes to the n-th slot of that type, so schemas
-    share slots, and there are as many of a type as the schema with most has."""
-    slots: list[DataType] = []
-    by_type: dict[DataType, list[int]] = {}
-    placement = []
-    for schema in schemas:
-        used: dict[DataType, int] = {}
-        placed = []
-        for field in schema.fields:
-            n = used.get(field.dataType, 0)
-            used[field.dataType] = n + 1
-            of_type = by_type.setdefault(field.dataType, [])
-            if n == len(of_type):
-                of_type.append(len(slots))
-                slots.append(field.dataType)
-            placed.append(of_type[n])
-        placement.append(placed)
-    return slots, placement
-
-
-_PART = "__part"
-
-
-def _slot(k: int) -> str:
-    return f"__slot_{k}"
 
 
 def write_files(root: str, directory: str, table: pa.Table, rows_per_file: int) -> None:

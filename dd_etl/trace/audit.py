@@ -1,5 +1,6 @@
 """Auditing a trace from its Delta log alone (no Spark): the structural invariants
-of its current state, and that its frontiers only moved forward (DESIGN 1 and 3).
+of its current state, and that its frontiers only moved forward (invariants 1
+and 3 of ARCHITECTURE.md).
 
 Every commit carries the trace's whole state, so the log's recent commits are
 the trace's recent history; a state that fails ``check`` or a frontier that went

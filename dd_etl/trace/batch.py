@@ -58,6 +58,15 @@ class DataFile:
         return cls(value["path"], int(value["size"]), int(value["records"]), value["stats"])
 
 
+@dataclass(frozen=True, slots=True)
+class WrittenBatch:
+    """A batch's files, written and not yet committed: written for several traces
+    at once, each then commits its own (``Trace.append_written``)."""
+
+    id: str
+    files: tuple[DataFile, ...]
+
+
 def batch_dir(batch_id: str) -> str:
     return f"data/{batch_id}"
 

@@ -36,12 +36,13 @@ from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import SinceViolation, TraceError
+from dd_etl.trace.executor_writes import ExecutorBatch
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
 from dd_etl.trace.placement import BULK, Placement
 from dd_etl.trace.spine import HASH_SPACE, HashRange
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot
-from dd_etl.trace.trace import Trace
+from dd_etl.trace.trace import Trace, new_batch_id
 
 SMALL_BATCH_BYTES = 32 << 20
 """Batches Spark's plan statistics put below this size are not counted first: one
@@ -284,6 +285,17 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         no summing (``Storage.write_batch``)."""
         stored = spark_files.to_stored(self.state, updates)
         return plan_batch(self.state, stored, self.delta_storage.rows_per_file, distinct)
+
+    def executor_batch(self, updates: DataFrame, distinct: bool = False) -> ExecutorBatch:
+        """``updates`` planned as a batch of this trace for the executors to write with
+        other traces' (``executor_writes.write_each``), by one task: consolidated by
+        Spark unless ``distinct``, in the stored layout."""
+        stored = spark_files.to_stored(self.state, updates)
+        if not distinct:
+            stored = consolidated(stored)
+        return ExecutorBatch(
+            self.uri, new_batch_id(), stored, self.state.dims, self.delta_storage.rows_per_file
+        )
 
     # --------------------------------------------------------------- reading
 

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
-from dd_etl.trace.batch import DataFile
+from dd_etl.trace.batch import DataFile, WrittenBatch
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import CommitConflict, TraceError, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
@@ -118,29 +118,60 @@ class Trace(Generic[U]):
         Raises ``UpperMismatch`` when the trace is at any other upper.
         """
         state = self.reload()
+        if not self._extends(state, lower, upper):
+            return False
+        batch_id = new_batch_id()
+        files = self.storage.write_batch(state, batch_id, updates, at_most, distinct, placement)
+        failpoint("append.files_written")
+        return self._commit_append(WrittenBatch(batch_id, tuple(files)), lower, upper, meta, holds)
+
+    def append_written(
+        self,
+        batch: WrittenBatch,
+        lower: Antichain,
+        upper: Antichain,
+        meta: Mapping[str, str] | None = None,
+        holds: Callable[[TraceState], TraceState] | None = None,
+    ) -> bool:
+        """``compare_and_append`` of a batch whose files were written already (with
+        other traces' batches, by one Spark job): its files are committed, or
+        deleted when the trace holds the interval already."""
+        if not self._extends(self.reload(), lower, upper):
+            self.storage.discard(batch.files)
+            return False
+        return self._commit_append(batch, lower, upper, meta, holds)
+
+    def _extends(self, state: TraceState, lower: Antichain, upper: Antichain) -> bool:
+        """Whether an append of ``[lower, upper)`` extends ``state``: False when the
+        trace is at ``upper`` or past it; ``UpperMismatch`` at any other upper."""
         if upper.less_equal(state.upper):
             return False
         if lower != state.upper:
             raise UpperMismatch(self.name, lower, state.upper)
-        batch_id = new_batch_id()
-        files = self.storage.write_batch(state, batch_id, updates, at_most, distinct, placement)
-        failpoint("append.files_written")
-        records = sum(f.records for f in files)
-        description = Description(lower, upper, Antichain.minimum(state.dims))
+        return True
+
+    def _commit_append(
+        self,
+        batch: WrittenBatch,
+        lower: Antichain,
+        upper: Antichain,
+        meta: Mapping[str, str] | None,
+        holds: Callable[[TraceState], TraceState] | None,
+    ) -> bool:
+        records = sum(f.records for f in batch.files)
+        description = Description(lower, upper, Antichain.minimum(self.state.dims))
 
         def transition(s: TraceState) -> Commit | None:
-            new = s.append(batch_id, description, records, meta)
+            new = s.append(batch.id, description, records, meta)
             if new is s:
                 return None
             if holds is not None:
                 new = holds(new)
-            return Commit(
-                new, add=tuple(files), txn_version=upper.epoch_bound(), operation="append"
-            )
+            return Commit(new, add=batch.files, txn_version=upper.epoch_bound(), operation="append")
 
         appended = self._apply(transition)
         if not appended:
-            self.storage.discard(files)
+            self.storage.discard(batch.files)
             return False
         failpoint("append.committed")
         while self.state.needs_backpressure():

@@ -1,0 +1,169 @@
+"""Batch files written by Spark's executors: the batches of several traces in one job.
+
+An interval too large for the driver has each trace's batch written by Spark,
+and a Spark write per trace is a job of its own, of fixed cost, with a commit
+protocol (temporary directories, renames, markers) that a batch file, referenced
+only once its trace's log commits it, does not need. Here one job computes the
+batches of a layer of traces as one union (``slots.tagged_union``), sorted by
+trace and key hash, and a function on the executors writes each trace's rows as
+its files with pyarrow, consecutive slices of its key-hash order; only what the
+Delta log needs of each file (path, size, records, key-hash and time bounds)
+comes back to the driver. The function reads nothing of dd_etl: executors need
+pyarrow, which PySpark's Arrow exchange needs anyway.
+
+Each file has a name of its own, so a task Spark runs again never overwrites a
+file a committed batch holds; the files of a failed attempt are never committed,
+and vacuum removes them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from dd_etl.arrow_schema import arrow_schema
+from dd_etl.trace.batch import DataFile, WrittenBatch, batch_dir
+from dd_etl.trace.columns import KEY_HASH, time_columns
+from dd_etl.trace.file_stats import make_stats
+from dd_etl.trace.slots import PART, slot, tagged_union
+
+FILES = "part INT, path STRING, size BIGINT, records BIGINT, low ARRAY<BIGINT>, high ARRAY<BIGINT>"
+"""What the executors report of each file written: the batch it belongs to (its
+index among those written), its path under the trace root, size and records,
+and the least and greatest value of the key hash and of each time coordinate."""
+
+
+@dataclass(frozen=True)
+class ExecutorBatch:
+    """A batch for the executors to write: ``rows`` in the trace's stored layout,
+    consolidated, into ``directory`` of the trace at ``root``."""
+
+    root: str
+    batch_id: str
+    rows: DataFrame
+    dims: int
+    rows_per_file: int
+
+
+def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
+    """Write ``batches`` in one Spark job, each by one task (a task may write
+    several), and return each one's files in key-hash order."""
+    if not batches:
+        return []
+    union, placement = tagged_union([b.rows for b in batches], shared=[KEY_HASH])
+    ordered = union.repartition(len(batches), PART).sortWithinPartitions(PART, KEY_HASH)
+    targets = [
+        {
+            "directory": os.path.join(b.root, batch_dir(b.batch_id)),
+            "relative": batch_dir(b.batch_id),
+            "slots": [slot(k) for k in placed],
+            "schema": arrow_schema(b.rows.schema),
+            "bounded": [KEY_HASH, *time_columns(b.dims)],
+            "rows_per_file": b.rows_per_file,
+        }
+        for b, placed in zip(batches, placement, strict=True)
+    ]
+    reported = ordered.mapInArrow(_writer(targets), FILES).toArrow()
+    files: list[list[DataFile]] = [[] for _ in batches]
+    for row in reported.to_pylist():
+        names = [KEY_HASH, *time_columns(batches[row["part"]].dims)]
+        low = dict(zip(names, row["low"], strict=True))
+        high = dict(zip(names, row["high"], strict=True))
+        stats = make_stats(row["records"], low, high)
+        files[row["part"]].append(DataFile(row["path"], row["size"], row["records"], stats))
+    # one task wrote each batch, and reported its files in the order it wrote them
+    return [WrittenBatch(b.batch_id, tuple(f)) for b, f in zip(batches, files, strict=True)]
+
+
+def _writer(
+    targets: list[dict[str, Any]],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function each task runs over its rows: it writes the rows of each batch
+    (``PART``) into files of at most ``rows_per_file`` rows, in the order it gets
+    them (by key hash), and yields one row per file. It is pickled with its
+    ``targets`` (plain data) and uses pyarrow and the standard library only."""
+    part_column = PART
+
+    def write(chunks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+        import uuid
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        reports: list[dict[str, Any]] = []
+        current: dict[str, Any] = {}  # the file being written
+
+        def close() -> None:
+            if current:
+                current.pop("writer").close()
+                current["size"] = os.path.getsize(current.pop("full_path"))
+                reports.append(dict(current))
+                current.clear()
+
+        def open_for(part: int) -> None:
+            target = targets[part]
+            os.makedirs(target["directory"], exist_ok=True)
+            name = f"part-{uuid.uuid4().hex}.parquet"
+            full_path = os.path.join(target["directory"], name)
+            current.update(
+                part=part,
+                path=f"{target['relative']}/{name}",
+                full_path=full_path,
+                writer=pq.ParquetWriter(full_path, target["schema"]),
+                records=0,
+                low=[None] * len(target["bounded"]),
+                high=[None] * len(target["bounded"]),
+            )
+
+        def put(part: int, rows: pa.Table) -> None:
+            target = targets[part]
+            while rows.num_rows:
+                if current and (
+                    current["part"] != part or current["records"] == target["rows_per_file"]
+                ):
+                    close()
+                if not current:
+                    open_for(part)
+                taken = rows.slice(0, target["rows_per_file"] - current["records"])
+                rows = rows.slice(taken.num_rows)
+                current["writer"].write_table(taken)
+                current["records"] += taken.num_rows
+                for i, name in enumerate(target["bounded"]):
+                    bounds = pc.min_max(taken.column(name))
+                    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+                    was_lo, was_hi = current["low"][i], current["high"][i]
+                    current["low"][i] = lo if was_lo is None else min(was_lo, lo)
+                    current["high"][i] = hi if was_hi is None else max(was_hi, hi)
+
+        for chunk in chunks:
+            runs = pc.run_end_encode(chunk.column(part_column))
+            start = 0
+            ends = runs.run_ends.to_pylist()
+            for part, end in zip(runs.values.to_pylist(), ends, strict=True):
+                target = targets[part]
+                rows = pa.Table.from_batches([chunk.slice(start, end - start)])
+                rows = rows.select(target["slots"]).rename_columns(target["schema"].names)
+                put(part, rows.cast(target["schema"]))
+                start = end
+        close()
+        if reports:
+            yield pa.RecordBatch.from_pylist(reports, schema=report_schema)
+
+    report_schema = pa.schema(
+        [
+            ("part", pa.int32()),
+            ("path", pa.string()),
+            ("size", pa.int64()),
+            ("records", pa.int64()),
+            ("low", pa.list_(pa.int64())),
+            ("high", pa.list_(pa.int64())),
+        ]
+    )
+    return write
