@@ -46,6 +46,11 @@ class Cost:
     spark_jobs: int = 0
     spark_stages: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    bytes_read: int = 0
+    """Bytes of batch files read: by Spark's scans (its stages' input bytes) and by
+    the driver (the files it opened; a file it holds decoded already is not read)."""
+    bytes_written: int = 0
+    """Bytes of batch files committed: appends and merges, whoever wrote them."""
 
 
 @dataclass
@@ -61,6 +66,9 @@ class RunProfile:
     layers: list[str] = field(default_factory=list)
     """How each layer of the dataflow ran, in order: the interval's sizing, or
     ``small`` for a layer of a larger one whose traces read few records."""
+    bytes_read: int = 0
+    bytes_written: int = 0
+    """In all, as ``Cost`` counts them per trace."""
     jvm_compiling: float | None = None
     """Seconds the driver JVM's JIT compilers worked during the run, summed over
     their threads (None where the JVM does not tell). Not a phase of the run: it
@@ -81,7 +89,8 @@ class RunProfile:
             else f"; JIT compiling beside the run {self.jvm_compiling:.2f}s"
         )
         out = [
-            f"{self.seconds:.2f}s, {self.spark_jobs} Spark jobs, {self.spark_stages} stages "
+            f"{self.seconds:.2f}s, {self.spark_jobs} Spark jobs, {self.spark_stages} stages, "
+            f"{_mb(self.bytes_read)} read, {_mb(self.bytes_written)} written "
             f"({self.sizing} interval)",
             f"  phases (summed over threads): {phases}{compiling}",
         ]
@@ -93,7 +102,8 @@ class RunProfile:
             parts = ", ".join(f"{p} {s:.2f}s" for p, s in sorted(c.phases.items()) if s >= 0.005)
             out.append(
                 f"  {name:<{width}}  {c.seconds:6.2f}s  {c.spark_jobs:3d} jobs "
-                f"{c.spark_stages:3d} stages  {parts}"
+                f"{c.spark_stages:3d} stages {_mb(c.bytes_read):>9} read "
+                f"{_mb(c.bytes_written):>9} written  {parts}"
             )
         return out
 
@@ -109,11 +119,13 @@ class Profiler:
         self._lock = threading.Lock()
         self._seconds: dict[str, float] = defaultdict(float)
         self._phases: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._bytes: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # read, written
         self._local = threading.local()
         self._started = time.perf_counter()
         self._run_seconds: float | None = None
         self._depth = 0
         self._tracker = spark.sparkContext._jsc.statusTracker()
+        self._store = spark.sparkContext._jsc.sc().statusStore()
         jvm = spark._jvm
         assert jvm is not None
         self._array_text = jvm.java.util.Arrays.toString
@@ -135,9 +147,17 @@ class Profiler:
         # as one string: PySpark's list of a Java array costs a JVM call per element
         return self._ints(self._tracker.getJobIdsForGroup(group))
 
-    def _stages(self, job: int) -> int:
+    def _stages(self, job: int) -> list[int]:
         info = self._tracker.getJobInfo(job)
-        return 0 if info is None else len(self._ints(info.stageIds()))
+        return [] if info is None else self._ints(info.stageIds())
+
+    def _input_bytes(self, stage: int) -> int:
+        """What the stage's tasks read from files, once its metrics are in Spark's
+        status store (0 for a stage it no longer keeps)."""
+        try:
+            return int(self._store.lastStageAttempt(stage).inputBytes())
+        except Exception:  # py4j's error for a stage the store dropped
+            return 0
 
     def _ints(self, array: Any) -> list[int]:
         return [int(x) for x in str(self._array_text(array)).strip("[]").split(",") if x.strip()]
@@ -193,24 +213,35 @@ class Profiler:
         with self._lock:
             self._phases[owner][phase] += seconds
 
+    def add_bytes(self, read: int = 0, written: int = 0) -> None:
+        owner = getattr(self._local, "trace", None) or ""
+        with self._lock:
+            counted = self._bytes[owner]
+            counted[0] += read
+            counted[1] += written
+
     def result(self) -> RunProfile:
         """The profile, with job counts read from Spark's status tracker."""
 
-        def counted(ids: list[int]) -> tuple[int, int]:
-            return len(ids), sum(self._stages(j) for j in ids)
-
-        def jobs_of(group: str) -> tuple[int, int]:
-            return counted(self._job_ids(group))
+        def counted(ids: list[int]) -> tuple[int, int, int]:
+            stages = [s for j in ids for s in self._stages(j)]
+            return len(ids), len(stages), sum(self._input_bytes(s) for s in stages)
 
         traces: dict[str, Cost] = {}
-        for name in sorted(set(self._seconds) | {t for t in self._phases if t}):
-            jobs, stages = jobs_of(self._group(name))
+        for name in sorted(set(self._seconds) | {t for t in self._phases if t} | {*self._bytes}):
+            if not name:
+                continue
+            jobs, stages, scanned = counted(self._job_ids(self._group(name)))
             phases = dict(self._phases.get(name, {}))
             spent = self._seconds.get(name, 0.0)
             phases[PLANNING] = max(0.0, spent - sum(phases.values()))
-            traces[name] = Cost(round(spent, 3), jobs, stages, _rounded(phases))
+            read, written = self._bytes.get(name, (0, 0))
+            traces[name] = Cost(
+                round(spent, 3), jobs, stages, _rounded(phases), scanned + read, written
+            )
         ungrouped = [j for j in self._job_ids(None) if j > self._ungrouped_before]
-        own_jobs, own_stages = counted(self._job_ids(self._group(None)) + ungrouped)
+        own_jobs, own_stages, own_scanned = counted(self._job_ids(self._group(None)) + ungrouped)
+        own_read, own_written = self._bytes.get("", (0, 0))
         seconds = (
             self._run_seconds
             if self._run_seconds is not None
@@ -231,6 +262,8 @@ class Profiler:
             spark_stages=own_stages + sum(c.spark_stages for c in traces.values()),
             sizing=self.sizing,
             layers=list(self.layers),
+            bytes_read=own_scanned + own_read + sum(c.bytes_read for c in traces.values()),
+            bytes_written=own_written + sum(c.bytes_written for c in traces.values()),
             phases=_rounded(totals),
             traces=traces,
             jvm_compiling=(
@@ -262,6 +295,17 @@ def phase(name: str) -> Iterator[None]:
         yield
     finally:
         profiler.add(name, time.perf_counter() - started)
+
+
+def count_bytes(read: int = 0, written: int = 0) -> None:
+    """Count batch-file bytes the driver read, or a commit added, in the active
+    run's profile, if any."""
+    if _active is not None:
+        _active.add_bytes(read, written)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
 
 
 def _rounded(phases: dict[str, float]) -> dict[str, float]:

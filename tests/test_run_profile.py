@@ -152,6 +152,9 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     reductions = {x.trace_name for x in rt.stateful_nodes() if isinstance(x, n.Reduce)} - idle
     assert len(reductions) == 3  # the MIN/MAX levels and the collapse
     assert all(profile.traces[t].phases.get(LOOKUPS, 0) > 0 for t in reductions)
+    # the files the run committed, counted by the trace that committed them
+    assert all(profile.traces[t].bytes_written == 0 for t in idle)
+    assert profile.bytes_written == sum(c.bytes_written for c in profile.traces.values()) > 0
     text = "\n".join(profile.lines())
     assert "6 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
     # what the JVM's compilers did beside the run is reported (its seconds, like
@@ -262,6 +265,9 @@ def test_large_and_small_sizings_compute_the_same_views(
         assert loaded is not None and loaded.sizing == ("small" if name == "small" else "large")
         # a load's layers reading few records run small, unless nothing ever does
         assert ("small" in loaded.layers) == (name not in ("large", "medium")), loaded.layers
+        # Spark's scans of the source, counted as bytes read, and the load's files
+        assert loaded.bytes_read > 0 and loaded.bytes_written > 0
+        assert loaded.bytes_written == sum(c.bytes_written for c in loaded.traces.values())
         for epoch in (1, 2):
             change(spark, rt, epoch)
         # both epochs: a few records, beside the load's

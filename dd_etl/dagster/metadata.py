@@ -116,6 +116,8 @@ def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]
                 "seconds": profile.seconds,
                 "spark_jobs": profile.spark_jobs,
                 "spark_stages": profile.spark_stages,
+                "bytes_read": profile.bytes_read,
+                "bytes_written": profile.bytes_written,
                 "sizing": profile.sizing,
                 "phases": profile.phases,
                 "jvm_compiling": profile.jvm_compiling,

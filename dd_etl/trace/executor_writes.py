@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.profiling import SPARK, phase
 from dd_etl.trace.batch import DataFile, WrittenBatch, batch_dir
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.file_stats import make_stats
@@ -68,7 +69,8 @@ def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
         }
         for b, placed in zip(batches, placement, strict=True)
     ]
-    reported = ordered.mapInArrow(_writer(targets), FILES).toArrow()
+    with phase(SPARK):
+        reported = ordered.mapInArrow(_writer(targets), FILES).toArrow()
     files: list[list[DataFile]] = [[] for _ in batches]
     for row in reported.to_pylist():
         names = [KEY_HASH, *time_columns(batches[row["part"]].dims)]

@@ -23,6 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dd_etl.profiling import count_bytes
+
 CACHED_BYTES = 512 << 20
 """Decoded files kept at most, in Arrow bytes."""
 
@@ -47,6 +49,7 @@ class FileCache:
                 self._tables.move_to_end(key)
                 return kept.select(list(columns))
         table = pq.read_table(path, columns=list(columns))
+        count_bytes(read=path.stat().st_size)
         if keep:
             self.keep(path, table)
         return table

@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
+from dd_etl.profiling import count_bytes
 from dd_etl.trace.batch import DataFile, WrittenBatch
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import CommitConflict, TraceError, UpperMismatch
@@ -80,6 +81,7 @@ class Trace(Generic[U]):
                 self.reload()
                 continue
             self.snapshot = self.snapshot.after(version, commit, self.storage.stamp(version))
+            count_bytes(written=sum(f.size for f in commit.add))
             return True
         raise CommitConflict(
             f"trace {self.name!r}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits"
