@@ -19,13 +19,18 @@ insertion, 20 % deletes). Per epoch the benchmark times
   written to Spark's ``noop`` sink so it runs in full;
 * ``spark_sql``: the same views as Spark SQL over the current trips table kept
   as parquet (what one would run without dd_etl); applying the changes to that
-  table (anti-join + union, rewritten) is timed separately.
+  table (anti-join + union, rewritten) is timed separately;
+* ``sdp``: one refresh of a Spark Declarative Pipeline holding the same views as
+  materialized views over that same table, on a local Spark Connect server
+  (``sdp_peer.py``; ``--no-sdp`` leaves it out).
 
 It records the Spark jobs, stages and seconds of every incremental run from the
 run's own profile, with the interval's sizing and the seconds per phase and,
-unless ``--no-breakdown``, per trace. At the end it checks that every view equals its Spark SQL
-result. Results go to ``bench/results/incremental.json`` and
-``bench/results/incremental.png``.
+unless ``--no-breakdown``, per trace; and for the incremental run, Spark SQL and
+SDP alike the jobs, stages and bytes read and written that Spark's status store
+saw (``spark_metrics.py``). At the end it checks that every view, and every SDP
+materialized view, equals its Spark SQL result. Results go to
+``bench/results/incremental.json`` and ``bench/results/incremental.png``.
 """
 
 from __future__ import annotations
@@ -39,13 +44,14 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from common import environment, recorded_argv, run_recorded, write_json
+from common import RESULTS, environment, recorded_argv, run_recorded, write_json
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -59,12 +65,15 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+from sdp_peer import SdpPeer
+from spark_metrics import SessionJobs, measured
 
 from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
 from dd_etl.runtime import Runtime, execution
 from dd_etl.runtime.recompute import recompute
+from dd_etl.spark import DEFAULT_CONF, DRIVER_GC
 from dd_etl.trace.columns import DIFF
 
 NAME = "incremental"
@@ -114,6 +123,7 @@ class BenchConfig:
     repeats: int
     seed: int
     breakdown: bool
+    sdp: bool = True
 
 
 # ------------------------------------------------------------------ data
@@ -282,6 +292,35 @@ def run_peer(spark: SparkSession) -> dict[str, float]:
     return {view: executed(spark.sql(sql)) for view, sql in PEER_SQL.items()}
 
 
+def measured_peer(
+    spark: SparkSession, jobs: SessionJobs
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Spark SQL's seconds per view, and the three views' seconds and Spark work together."""
+    per_view, seconds, work = measured(jobs, lambda: run_peer(spark))
+    return per_view, {"seconds": seconds, **work.to_json()}
+
+
+def measured_run(
+    rt: Runtime, jobs: SessionJobs, breakdown: bool
+) -> tuple[execution.RunReport, dict[str, Any]]:
+    """``rt.run()``: its profile's cost, and the bytes Spark's stages read and wrote
+    (input and output bytes, as for Spark SQL: ``bytes_read``, ``bytes_written``)
+    beside the profile's own count of batch-file bytes (``profile_bytes_*``: its
+    reads also count the files the driver opened itself, its writes every
+    commit's batch files, whoever wrote them)."""
+    report, _, work = measured(jobs, rt.run)
+    assert report.profile is not None
+    return report, cost(report, breakdown) | {
+        "bytes_read": work.bytes_read,
+        "bytes_written": work.bytes_written,
+        "shuffle_read_bytes": work.shuffle_read_bytes,
+        "shuffle_write_bytes": work.shuffle_write_bytes,
+        "status_store_jobs": work.spark_jobs,
+        "profile_bytes_read": report.profile.bytes_read,
+        "profile_bytes_written": report.profile.bytes_written,
+    }
+
+
 class PeerTable:
     """The trips table as a data engineer without dd_etl keeps it: parquet, rewritten
     with each epoch's changes applied (anti-join on the changed ids + new rows)."""
@@ -307,15 +346,44 @@ class PeerTable:
         self.replace(current.join(gone, "trip_id", "left_anti").unionByName(new), epoch)
 
 
+def start_sdp(spark: SparkSession, root: Path) -> SdpPeer:
+    """The SDP peer's Connect server, set up as the benchmark's session is (master,
+    driver memory, SQL settings, garbage collector), so the two peers differ in how
+    they run the views, not in the Spark they run on."""
+    conf = spark.sparkContext.getConf()
+    keys = [*DEFAULT_CONF, "spark.sql.shuffle.partitions", "spark.default.parallelism"]
+    settings = {k: str(conf.get(k)) for k in keys if conf.contains(k)}
+    settings["spark.driver.extraJavaOptions"] = DRIVER_GC
+    return SdpPeer(
+        root / "sdp",
+        PEER_SQL,
+        master=str(spark.sparkContext.master),
+        driver_memory=str(conf.get("spark.driver.memory", "4g")),
+        conf=settings,
+    )
+
+
 # ------------------------------------------------------------------ driver
 
 
-def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str, Any]:
+def run_benchmark(
+    spark: SparkSession, cfg: BenchConfig, root: Path, results: Path
+) -> dict[str, Any]:
+    """Start the SDP peer's server (unless ``cfg.sdp`` is off), run, stop it."""
+    with ExitStack() as stack:
+        sdp = stack.enter_context(start_sdp(spark, root)) if cfg.sdp else None
+        return run_epochs(spark, cfg, root, results, sdp)
+
+
+def run_epochs(
+    spark: SparkSession, cfg: BenchConfig, root: Path, results: Path, sdp: SdpPeer | None
+) -> dict[str, Any]:
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     rt = build_flow(spark, root)
     kinds = operator_of(rt)
     peer = PeerTable(spark, root / "peer")
     changes = Changes(cfg.rows, cfg.seed)
+    jobs = SessionJobs(spark)
     started = time.perf_counter()
 
     base = trip_rows(
@@ -331,15 +399,23 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
     load["append_seconds"] = timed(
         lambda: (rt.append_source("trips", trips0, 0), rt.append_source("zones", zones, 0))
     )
-    load["incremental"] = cost(rt.run(), cfg.breakdown)
+    load["incremental"] = measured_run(rt, jobs, cfg.breakdown)[1]
     load["recompute"] = run_recompute(rt, 0)
-    load["spark_sql"] = run_peer(spark)
+    load["spark_sql"], load["spark_sql_work"] = measured_peer(spark, jobs)
+    if sdp is not None:
+        assert peer.path is not None
+        zones_path = root / "peer" / "zones"
+        zones.write.parquet(str(zones_path))
+        load["sdp_server_start_seconds"] = sdp.start_seconds
+        load["sdp_table_seconds"] = sdp.point("zones", zones_path) + sdp.point("trips", peer.path)
+        load["sdp"] = sdp.refresh().to_json()
     load["traces"] = len(rt.stateful_nodes())
     inc = load["incremental"]
     print(
         f"load of {cfg.rows:,} trips: incremental {inc['seconds']}s ({inc['spark_jobs']} jobs), "
         f"recompute {sum(load['recompute'].values()):.1f}s, "
-        f"spark sql {sum(load['spark_sql'].values()):.1f}s",
+        f"spark sql {sum(load['spark_sql'].values()):.1f}s"
+        + (f", sdp {load['sdp']['seconds']:.1f}s" if sdp is not None else ""),
         flush=True,
     )
 
@@ -365,35 +441,60 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
             rt.append_source("trips", df, epoch)
             rt.append_source("zones", no_zone_changes, epoch)
             entry["append_seconds"] = round(time.perf_counter() - ingest, 3)
-            report = rt.run()
-            entry["incremental"] = cost(report, cfg.breakdown) | {"view_changes": report.views}
+            report, entry["incremental"] = measured_run(rt, jobs, cfg.breakdown)
+            entry["incremental"]["view_changes"] = report.views
             entry["recompute"] = run_recompute(rt, epoch)
             applying = time.perf_counter()
             peer.apply(df, epoch)
             entry["peer_apply_seconds"] = round(time.perf_counter() - applying, 3)
-            entry["spark_sql"] = run_peer(spark)
+            entry["spark_sql"], entry["spark_sql_work"] = measured_peer(spark, jobs)
+            if sdp is not None:
+                assert peer.path is not None
+                entry["sdp_table_seconds"] = sdp.point("trips", peer.path)
+                entry["sdp"] = sdp.refresh().to_json()
             df.unpersist()
             epochs.append(entry)
+            inc, sql = entry["incremental"], entry["spark_sql_work"]
             print(
                 f"epoch {epoch} ({fraction:.2%}, {updates:,} update rows): "
-                f"incremental {entry['incremental']['seconds']}s "
-                f"({entry['incremental']['spark_jobs']} jobs, "
-                f"{entry['incremental']['spark_stages']} stages), "
+                f"incremental {inc['seconds']}s ({inc['spark_jobs']} jobs, "
+                f"{inc['spark_stages']} stages, {mb(inc['bytes_read'])} read, "
+                f"{mb(inc['bytes_written'])} written), "
                 f"recompute {sum(entry['recompute'].values()):.1f}s, "
-                f"spark sql {sum(entry['spark_sql'].values()):.1f}s",
+                f"spark sql {sql['seconds']}s ({sql['spark_jobs']} jobs, "
+                f"{mb(sql['bytes_read'])} read)" + sdp_line(entry.get("sdp")),
                 flush=True,
             )
-            write_json(NAME, assemble(spark, cfg, load, epochs, kinds, None, started, False))
-    verification = verify(spark, rt)
+            write_json(
+                NAME, assemble(spark, cfg, load, epochs, kinds, None, started, False), results
+            )
+    verification = verify(spark, rt.read)
     print(f"verification: {verification}", flush=True)
-    return assemble(spark, cfg, load, epochs, kinds, verification, started, True)
+    sdp_verification = None if sdp is None else verify(spark, sdp.read)
+    if sdp_verification is not None:
+        print(f"sdp verification: {sdp_verification}", flush=True)
+    return assemble(spark, cfg, load, epochs, kinds, verification, started, True, sdp_verification)
 
 
-def verify(spark: SparkSession, rt: Runtime) -> dict[str, Any]:
-    """Every view equals its Spark SQL query over the current table (floats to 1e-7 relative)."""
+def mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
+
+
+def sdp_line(sdp: dict[str, Any] | None) -> str:
+    if sdp is None:
+        return ""
+    return (
+        f", sdp {sdp['seconds']}s ({sdp['spark_jobs']} jobs, {mb(sdp['bytes_read'])} read, "
+        f"{mb(sdp['bytes_written'])} written)"
+    )
+
+
+def verify(spark: SparkSession, read: Callable[[str], DataFrame]) -> dict[str, Any]:
+    """Every view as ``read`` gives it equals its Spark SQL query over the current
+    table (floats to 1e-7 relative)."""
     out: dict[str, Any] = {}
     for view, sql in PEER_SQL.items():
-        got = rows_by_key(rt.read(view), VIEW_KEYS[view])
+        got = rows_by_key(read(view), VIEW_KEYS[view])
         expected = rows_by_key(spark.sql(sql), VIEW_KEYS[view])
         if got.keys() != expected.keys():
             raise AssertionError(f"{view}: groups differ ({len(got)} vs {len(expected)})")
@@ -450,8 +551,27 @@ def summarize(epochs: list[dict[str, Any]], fractions: tuple[float, ...]) -> lis
                 "spark_stages": statistics.median(e["incremental"]["spark_stages"] for e in chosen),
                 "recompute_over_incremental": round(rec / inc, 3),
                 "spark_sql_over_incremental": round(sql / inc, 3),
+                **work_medians(chosen, inc),
             }
         )
+    return out
+
+
+def work_medians(chosen: list[dict[str, Any]], incremental: float) -> dict[str, Any]:
+    """Medians of the Spark work of each block (``None`` where it was not measured),
+    and SDP's refresh time (and its ratio to the incremental run's) where it ran."""
+    blocks = {"incremental": "incremental", "spark_sql": "spark_sql_work", "sdp": "sdp"}
+    out: dict[str, Any] = {}
+    for name, key in blocks.items():
+        for metric in ("spark_jobs", "spark_stages", "bytes_read", "bytes_written"):
+            if name == "incremental" and metric in ("spark_jobs", "spark_stages"):
+                continue  # the summary's ``spark_jobs``, ``spark_stages``
+            values = [e[key][metric] for e in chosen if metric in e.get(key, {})]
+            label = metric.removeprefix("spark_")
+            out[f"{name}_{label}"] = statistics.median(values) if values else None
+    sdp = [e["sdp"]["seconds"] for e in chosen if "sdp" in e]
+    out["sdp_seconds"] = statistics.median(sdp) if sdp else None
+    out["sdp_over_incremental"] = round(out["sdp_seconds"] / incremental, 3) if sdp else None
     return out
 
 
@@ -490,6 +610,7 @@ def assemble(
     verification: dict[str, Any] | None,
     started: float,
     complete: bool,
+    sdp_verification: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "benchmark": NAME,
@@ -509,6 +630,7 @@ def assemble(
         "trace_operators": kinds,
         "epochs": epochs,
         "verification": verification,
+        "sdp_verification": sdp_verification,
     }
 
 
@@ -520,8 +642,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plot_jobs(axes[1], result)
     plot_breakdown(axes[2], result)
     cfg = result["config"]
+    peers = "Spark SQL vs SDP" if cfg.get("sdp") else "Spark SQL"
     fig.suptitle(
-        f"{cfg['rows']:,} trips, 3 views: incremental run vs full recompute vs Spark SQL "
+        f"{cfg['rows']:,} trips, 3 views: incremental run vs full recompute vs {peers} "
         f"(medians of {cfg['repeats']})"
     )
     fig.savefig(path, dpi=110)
@@ -545,6 +668,9 @@ def plot_times(ax: Axes, result: dict[str, Any]) -> None:
         linestyle=":",
         label="Spark SQL + rewriting the table",
     )
+    if all(r.get("sdp_seconds") is not None for r in rows):
+        sdp = [r["sdp_seconds"] for r in rows]
+        ax.plot(xs, sdp, marker="D", label="SDP pipeline refresh (materialized views)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("changed trips (% of the table)")
@@ -587,7 +713,7 @@ def plot_breakdown(ax: Axes, result: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ CLI
 
 
-def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
+def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool, Path]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--rows", type=int, default=1_000_000, help="trips loaded (default 1 M)")
     p.add_argument(
@@ -602,6 +728,15 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
     p.add_argument("--no-breakdown", action="store_true", help="no per-trace attribution")
     p.add_argument("--workdir", type=Path, default=None, help="where the scratch warehouse goes")
     p.add_argument("--keep", action="store_true", help="keep the scratch warehouse")
+    p.add_argument(
+        "--no-sdp", action="store_true", help="leave out the Spark Declarative Pipelines peer"
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where the JSON and the plot go (default bench/results)",
+    )
     a = p.parse_args(argv)
     cfg = BenchConfig(
         rows=20_000 if a.quick else a.rows,
@@ -609,19 +744,21 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool]:
         repeats=1 if a.quick else a.repeats,
         seed=a.seed,
         breakdown=not a.no_breakdown,
+        sdp=not a.no_sdp,
     )
-    return cfg, a.workdir, a.keep
+    return cfg, a.workdir, a.keep, a.results
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, workdir, keep = parse_args(sys.argv[1:] if argv is None else argv)
+    cfg, workdir, keep, results = parse_args(sys.argv[1:] if argv is None else argv)
     run_recorded(
         NAME,
-        lambda spark, root: run_benchmark(spark, cfg, root),
+        lambda spark, root: run_benchmark(spark, cfg, root, results),
         plot,
         workdir,
         keep,
         count_jobs=True,
+        results=results,
     )
 
 

@@ -85,10 +85,10 @@ def recorded_argv(argv: list[str] | None = None) -> list[str]:
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_json(name: str, result: dict[str, Any]) -> None:
+def write_json(name: str, result: dict[str, Any], results: Path = RESULTS) -> None:
     """Record ``result`` as ``results/<name>.json`` (also called with partial results)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
 def run_recorded(
@@ -100,17 +100,19 @@ def run_recorded(
     memory: str = "4g",
     count_jobs: bool = False,
     reuse: Path | None = None,
+    results: Path = RESULTS,
 ) -> None:
     """Run ``benchmark`` in a scratch directory on its own session, then record its
-    result as JSON and a plot under ``results/``. ``reuse`` names the scratch
-    directory of an earlier run (kept with ``keep``) to work in again; it is kept."""
+    result as JSON and a plot under ``results`` (default ``results/``). ``reuse``
+    names the scratch directory of an earlier run (kept with ``keep``) to work in
+    again; it is kept."""
     root = reuse or Path(tempfile.mkdtemp(prefix=f"{name}_", dir=workdir))
     spark = spark_session(f"bench_{name}", memory, count_jobs)
     try:
         result = benchmark(spark, root)
-        write_json(name, result)
-        plot(result, RESULTS / f"{name}.png")
-        print(f"wrote {RESULTS / (name + '.json')} and {RESULTS / (name + '.png')}")
+        write_json(name, result, results)
+        plot(result, results / f"{name}.png")
+        print(f"wrote {results / (name + '.json')} and {results / (name + '.png')}")
     finally:
         spark.stop()
         if keep or reuse:
