@@ -124,6 +124,9 @@ class BenchConfig:
     seed: int
     breakdown: bool
     sdp: bool = True
+    recompute: bool = True
+    memory: str = "4g"
+    sdp_memory: str | None = None  # the SDP server's driver memory; None: ``memory``
 
 
 # ------------------------------------------------------------------ data
@@ -284,8 +287,17 @@ def executed(df: DataFrame) -> float:
     return timed(lambda: df.write.format("noop").mode("overwrite").save())
 
 
-def run_recompute(runtime: Runtime, epoch: int) -> dict[str, float]:
+def run_recompute(cfg: BenchConfig, runtime: Runtime, epoch: int) -> dict[str, float]:
+    """Each view recomputed in full, unless ``cfg`` leaves recomputes out (at 100 M
+    trips one takes minutes, and Spark SQL is the peer that counts): then none."""
+    if not cfg.recompute:
+        return {}
     return {view: executed(recompute(runtime, view, epoch)) for view in runtime.flow.views}
+
+
+def recompute_line(entry: dict[str, Any]) -> str:
+    done = entry["recompute"]
+    return f"recompute {sum(done.values()):.1f}s, " if done else ""
 
 
 def run_peer(spark: SparkSession) -> dict[str, float]:
@@ -346,9 +358,9 @@ class PeerTable:
         self.replace(current.join(gone, "trip_id", "left_anti").unionByName(new), epoch)
 
 
-def start_sdp(spark: SparkSession, root: Path) -> SdpPeer:
+def start_sdp(spark: SparkSession, root: Path, memory: str) -> SdpPeer:
     """The SDP peer's Connect server, set up as the benchmark's session is (master,
-    driver memory, SQL settings, garbage collector), so the two peers differ in how
+    SQL settings, garbage collector; driver memory ``memory``), so the two peers differ in how
     they run the views, not in the Spark they run on."""
     conf = spark.sparkContext.getConf()
     keys = [*DEFAULT_CONF, "spark.sql.shuffle.partitions", "spark.default.parallelism"]
@@ -358,7 +370,7 @@ def start_sdp(spark: SparkSession, root: Path) -> SdpPeer:
         root / "sdp",
         PEER_SQL,
         master=str(spark.sparkContext.master),
-        driver_memory=str(conf.get("spark.driver.memory", "4g")),
+        driver_memory=memory,
         conf=settings,
     )
 
@@ -371,7 +383,8 @@ def run_benchmark(
 ) -> dict[str, Any]:
     """Start the SDP peer's server (unless ``cfg.sdp`` is off), run, stop it."""
     with ExitStack() as stack:
-        sdp = stack.enter_context(start_sdp(spark, root)) if cfg.sdp else None
+        memory = cfg.sdp_memory or cfg.memory
+        sdp = stack.enter_context(start_sdp(spark, root, memory)) if cfg.sdp else None
         return run_epochs(spark, cfg, root, results, sdp)
 
 
@@ -400,7 +413,7 @@ def run_epochs(
         lambda: (rt.append_source("trips", trips0, 0), rt.append_source("zones", zones, 0))
     )
     load["incremental"] = measured_run(rt, jobs, cfg.breakdown)[1]
-    load["recompute"] = run_recompute(rt, 0)
+    load["recompute"] = run_recompute(cfg, rt, 0)
     load["spark_sql"], load["spark_sql_work"] = measured_peer(spark, jobs)
     if sdp is not None:
         assert peer.path is not None
@@ -413,8 +426,8 @@ def run_epochs(
     inc = load["incremental"]
     print(
         f"load of {cfg.rows:,} trips: incremental {inc['seconds']}s ({inc['spark_jobs']} jobs), "
-        f"recompute {sum(load['recompute'].values()):.1f}s, "
-        f"spark sql {sum(load['spark_sql'].values()):.1f}s"
+        + recompute_line(load)
+        + f"spark sql {sum(load['spark_sql'].values()):.1f}s"
         + (f", sdp {load['sdp']['seconds']:.1f}s" if sdp is not None else ""),
         flush=True,
     )
@@ -443,7 +456,7 @@ def run_epochs(
             entry["append_seconds"] = round(time.perf_counter() - ingest, 3)
             report, entry["incremental"] = measured_run(rt, jobs, cfg.breakdown)
             entry["incremental"]["view_changes"] = report.views
-            entry["recompute"] = run_recompute(rt, epoch)
+            entry["recompute"] = run_recompute(cfg, rt, epoch)
             applying = time.perf_counter()
             peer.apply(df, epoch)
             entry["peer_apply_seconds"] = round(time.perf_counter() - applying, 3)
@@ -460,8 +473,8 @@ def run_epochs(
                 f"incremental {inc['seconds']}s ({inc['spark_jobs']} jobs, "
                 f"{inc['spark_stages']} stages, {mb(inc['bytes_read'])} read, "
                 f"{mb(inc['bytes_written'])} written), "
-                f"recompute {sum(entry['recompute'].values()):.1f}s, "
-                f"spark sql {sql['seconds']}s ({sql['spark_jobs']} jobs, "
+                + recompute_line(entry)
+                + f"spark sql {sql['seconds']}s ({sql['spark_jobs']} jobs, "
                 f"{mb(sql['bytes_read'])} read)" + sdp_line(entry.get("sdp")),
                 flush=True,
             )
@@ -532,7 +545,8 @@ def summarize(epochs: list[dict[str, Any]], fractions: tuple[float, ...]) -> lis
         if not chosen:
             continue
         inc = statistics.median(e["incremental"]["seconds"] for e in chosen)
-        rec = statistics.median(sum(e["recompute"].values()) for e in chosen)
+        recomputed = [sum(e["recompute"].values()) for e in chosen if e["recompute"]]
+        rec = statistics.median(recomputed) if recomputed else None
         sql = statistics.median(sum(e["spark_sql"].values()) for e in chosen)
         out.append(
             {
@@ -549,7 +563,7 @@ def summarize(epochs: list[dict[str, Any]], fractions: tuple[float, ...]) -> lis
                 "peer_apply_seconds": statistics.median(e["peer_apply_seconds"] for e in chosen),
                 "spark_jobs": statistics.median(e["incremental"]["spark_jobs"] for e in chosen),
                 "spark_stages": statistics.median(e["incremental"]["spark_stages"] for e in chosen),
-                "recompute_over_incremental": round(rec / inc, 3),
+                "recompute_over_incremental": None if rec is None else round(rec / inc, 3),
                 "spark_sql_over_incremental": round(sql / inc, 3),
                 **work_medians(chosen, inc),
             }
@@ -659,7 +673,8 @@ def plot_times(ax: Axes, result: dict[str, Any]) -> None:
         [r["incremental_max"] - r["incremental_seconds"] for r in rows],
     ]
     ax.errorbar(xs, inc, yerr=err, marker="o", capsize=3, label="incremental Runtime.run()")
-    ax.plot(xs, [r["recompute_seconds"] for r in rows], marker="s", label="full recompute")
+    if all(r["recompute_seconds"] is not None for r in rows):
+        ax.plot(xs, [r["recompute_seconds"] for r in rows], marker="s", label="full recompute")
     ax.plot(xs, [r["spark_sql_seconds"] for r in rows], marker="^", label="Spark SQL batch")
     ax.plot(
         xs,
@@ -731,6 +746,9 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool, Path]:
     p.add_argument(
         "--no-sdp", action="store_true", help="leave out the Spark Declarative Pipelines peer"
     )
+    p.add_argument("--no-recompute", action="store_true", help="leave out dd_etl's full recomputes")
+    p.add_argument("--memory", default="4g", help="the benchmark's driver memory (default 4g)")
+    p.add_argument("--sdp-memory", default=None, help="the SDP server's (default: --memory)")
     p.add_argument(
         "--results",
         type=Path,
@@ -745,6 +763,9 @@ def parse_args(argv: list[str]) -> tuple[BenchConfig, Path | None, bool, Path]:
         seed=a.seed,
         breakdown=not a.no_breakdown,
         sdp=not a.no_sdp,
+        recompute=not a.no_recompute,
+        memory=a.memory,
+        sdp_memory=a.sdp_memory,
     )
     return cfg, a.workdir, a.keep, a.results
 
@@ -757,6 +778,7 @@ def main(argv: list[str] | None = None) -> None:
         plot,
         workdir,
         keep,
+        memory=cfg.memory,
         count_jobs=True,
         results=results,
     )

@@ -679,3 +679,33 @@ def test_the_batches_of_several_traces_are_written_by_one_job_on_the_executors(
     again = write_each([wide.executor_batch(wide_rows)])[0]
     assert not wide.append_written(again, e(0), e(1))
     assert not any((tmp_path / "wide" / f.path).exists() for f in again.files)
+
+
+def test_a_batch_written_in_slices_holds_disjoint_ranges_of_key_hashes_in_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A batch of unknown size is written in slices of the key-hash space, each by
+    a task of the same job as the layer's other batches: every file lies within
+    one slice, the batch's files are in key-hash order, and it reads back whole."""
+    sliced = new_trace(spark, tmp_path / "sliced", rows_per_file=16)
+    single = new_trace(spark, tmp_path / "single", rows_per_file=16)
+    rows = [((k, f"v{k}"), (0,), 1) for k in range(300)]
+    planned = [
+        sliced.executor_batch(frame(spark, rows), slices_log2=2),
+        single.executor_batch(frame(spark, rows[:5])),
+    ]
+    batches: list[WrittenBatch] = []
+    with applied(spark, medium(2)):
+        assert jobs_of(spark, "sliced-writes", lambda: batches.extend(write_each(planned))) == 1
+    sliced_batch, single_batch = batches
+    bounds = [hash_bounds(f) for f in sliced_batch.files]
+    assert all(b is not None for b in bounds)
+    flat = [h for b in bounds if b for h in b]
+    assert flat == sorted(flat)
+    quarters = {((lo + 2**63) >> 62, (hi + 2**63) >> 62) for lo, hi in filter(None, bounds)}
+    assert all(a == b for a, b in quarters) and len(quarters) == 4
+    assert sum(f.records for f in sliced_batch.files) == 300
+    assert sliced.append_written(sliced_batch, e(0), e(1))
+    assert single.append_written(single_batch, e(0), e(1))
+    assert contents(sliced.read_at()) == {(k, f"v{k}"): 1 for k in range(300)}
+    assert contents(single.read_at()) == {(k, f"v{k}"): 1 for k in range(5)}

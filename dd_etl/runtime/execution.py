@@ -14,8 +14,9 @@
 4. bring the traces up to date layer by layer, the traces of a layer side by
    side (``Interval``): each plans its batch for ``[its upper, upper)``; one Spark
    job (per eight traces) computes the layer's batches into the driver
-   (``collect_batches``), or, on the executors, computes and writes those the
-   trace logs bound (``write_each``), a larger batch a job of its own; each trace
+   (``collect_batches``), or, on the executors, computes and writes them
+   (``write_each``; in a large interval those the trace logs bound, a larger
+   batch a job of its own); each trace
    appends with its own compare-and-append, then reads the interval back from
    the committed files;
 5. move the runtime's holds on the traces no append of this run committed to
@@ -189,8 +190,9 @@ def _bring_layer(
     """Bring the traces of one layer up to date, side by side, as the layer's
     sizing says: in the driver's placement, one Spark job (per eight traces)
     computes their batches into the driver, which writes them; else one Spark job
-    computes and writes on the executors every batch the trace logs bound by a
-    million records (``executor_writes``), and a larger one is a job of its own."""
+    computes and writes their batches on the executors (``executor_writes``), each
+    in as many slices as ``Interval.slices_log2`` says, or alone, in a job of its
+    own, where that says so."""
 
     def plan(node: n.Node) -> Append | None:
         with profiler.trace(_label(node)):
@@ -218,13 +220,14 @@ def _bring_layer(
                 batches = list(collect_batches([a.stored for a in appends]))
             failpoint("layer.collected")
     else:
-        together = [i for i, a in enumerate(appends) if interval.written_together(a)]
+        sliced = [(i, interval.slices_log2(a)) for i, a in enumerate(appends)]
+        together = [(i, s) for i, s in sliced if s is not None]
         if together:
-            planned = [appends[i] for i in together]
+            planned = [appends[i].executor_batch(s) for i, s in together]
             with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                written = write_each([a.executor_batch() for a in planned])
+                written = write_each(planned)
             failpoint("layer.written")
-            for i, batch in zip(together, written, strict=True):
+            for (i, _), batch in zip(together, written, strict=True):
                 batches[i] = batch
     list(pool.map(append, zip(appends, batches, strict=True)))
     list(pool.map(bring, layer))
@@ -274,10 +277,11 @@ class Append:
             return self
         return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
 
-    def executor_batch(self) -> ExecutorBatch:
-        """This append's batch planned for the executors to write (``write_each``)."""
+    def executor_batch(self, slices_log2: int) -> ExecutorBatch:
+        """This append's batch planned for the executors to write (``write_each``) in
+        ``2 ** slices_log2`` slices."""
         assert self.changes is not None
-        return self.trace.executor_batch(self.changes, self.distinct)
+        return self.trace.executor_batch(self.changes, self.distinct, slices_log2)
 
 
 @dataclass
@@ -384,17 +388,27 @@ class Interval:
         distinct = not self._recomputed(node) and distinct_updates(node)
         return Append(node, trace, lower, upper, changes, distinct=distinct)
 
-    def written_together(self, planned: Append) -> bool:
-        """Whether ``planned``'s batch is written with its layer's others, by one task
-        of one Spark job: when the trace logs bound it by ``ONE_TASK_RECORDS``, or
-        Spark estimates its plan small. A larger one is written alone, by as many
-        tasks as a count of it calls for."""
+    def slices_log2(self, planned: Append) -> int | None:
+        """How ``planned``'s batch is written with its layer's others, in one Spark
+        job: in ``2 ** n`` slices of its key hashes, each by a task. One slice when
+        the trace logs bound it by ``ONE_TASK_RECORDS``, or Spark estimates its plan
+        small; else as many as the sizing's ``write_tasks`` and the bound call for.
+        None: it is written alone, by as many tasks as a count of it calls for."""
         if planned.changes is None:
-            return False
+            return None
         bound = self._batch_bound(planned.node)
+        if bound is None:
+            small = estimated_bytes(planned.changes) <= SMALL_BATCH_BYTES
+        else:
+            small = bound <= ONE_TASK_RECORDS
+        if small:
+            return 0
+        tasks = self.sizing.write_tasks
+        if tasks is None:
+            return None
         if bound is not None:
-            return bound <= ONE_TASK_RECORDS
-        return estimated_bytes(planned.changes) <= SMALL_BATCH_BYTES
+            tasks = max(tasks, -(-bound // ONE_TASK_RECORDS))
+        return (tasks - 1).bit_length()
 
     def append(self, planned: Append, batch: CollectedBatch | WrittenBatch | None = None) -> None:
         """Append a planned batch: computed into the driver already, or written

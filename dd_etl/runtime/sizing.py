@@ -57,6 +57,13 @@ class Sizing:
     every read is one partition, so each trace's plan runs as one stage; one Spark
     job computes the batches of a layer of traces, which the driver writes."""
     conf: Mapping[str, str] = field(default_factory=dict)
+    write_tasks: int | None = None
+    """How many tasks (at least) write a batch the trace logs do not bound by a
+    million records, in the job that writes its layer's other batches, without a
+    count of it first: a change small beside its state, whose batches are mostly
+    small and where a count would be a job of its own. None: such a batch is
+    counted and written alone, by as many tasks as its size calls for (a load,
+    where counting costs little beside writing)."""
 
     @property
     def driver_rows(self) -> bool:
@@ -117,6 +124,7 @@ def medium(parallelism: int) -> Sizing:
             # the files a lookup reads are listed by the driver, not by a Spark job
             "spark.sql.sources.parallelPartitionDiscovery.threshold": str(2**31 - 1),
         },
+        write_tasks=parallelism,
     )
 
 

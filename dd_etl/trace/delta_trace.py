@@ -286,15 +286,22 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         stored = spark_files.to_stored(self.state, updates)
         return plan_batch(self.state, stored, self.delta_storage.rows_per_file, distinct)
 
-    def executor_batch(self, updates: DataFrame, distinct: bool = False) -> ExecutorBatch:
+    def executor_batch(
+        self, updates: DataFrame, distinct: bool = False, slices_log2: int = 0
+    ) -> ExecutorBatch:
         """``updates`` planned as a batch of this trace for the executors to write with
-        other traces' (``executor_writes.write_each``), by one task: consolidated by
-        Spark unless ``distinct``, in the stored layout."""
+        other traces' (``executor_writes.write_each``), by ``2 ** slices_log2`` tasks:
+        consolidated by Spark unless ``distinct``, in the stored layout."""
         stored = spark_files.to_stored(self.state, updates)
         if not distinct:
             stored = consolidated(stored)
         return ExecutorBatch(
-            self.uri, new_batch_id(), stored, self.state.dims, self.delta_storage.rows_per_file
+            self.uri,
+            new_batch_id(),
+            stored,
+            self.state.dims,
+            self.delta_storage.rows_per_file,
+            slices_log2,
         )
 
     # --------------------------------------------------------------- reading

@@ -8,8 +8,11 @@ batches of a layer of traces as one union (``slots.tagged_union``), sorted by
 trace and key hash, and a function on the executors writes each trace's rows as
 its files with pyarrow, consecutive slices of its key-hash order; only what the
 Delta log needs of each file (path, size, records, key-hash and time bounds)
-comes back to the driver. The function reads nothing of dd_etl: executors need
-pyarrow, which PySpark's Arrow exchange needs anyway.
+comes back to the driver. A batch of unknown or large size is written in
+several slices, each a contiguous range of the key hashes and its own task: key
+hashes are uniform, so the ranges need no sampling of the rows to be even. The
+function reads nothing of dd_etl: executors need pyarrow, which PySpark's Arrow
+exchange needs anyway.
 
 Each file has a name of its own, so a task Spark runs again never overwrites a
 file a committed batch holds; the files of a failed attempt are never committed,
@@ -26,8 +29,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.profiling import SPARK, phase
+from dd_etl.sql_text import quote
 from dd_etl.trace.batch import DataFile, WrittenBatch, batch_dir
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.file_stats import make_stats
@@ -49,17 +54,27 @@ class ExecutorBatch:
     rows: DataFrame
     dims: int
     rows_per_file: int
+    slices_log2: int = 0
+    """The batch is written in ``2 ** slices_log2`` slices of the key-hash range."""
+
+
+SLICE = "__slice"
 
 
 def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
-    """Write ``batches`` in one Spark job, each by one task (a task may write
-    several), and return each one's files in key-hash order."""
+    """Write ``batches`` in one Spark job, each slice of each by one task (a task
+    may write several), and return each one's files in key-hash order."""
     if not batches:
         return []
     union, placement = tagged_union([b.rows for b in batches], shared=[KEY_HASH])
-    ordered = union.repartition(len(batches), PART).sortWithinPartitions(PART, KEY_HASH)
+    firsts = [0]
+    for b in batches:
+        firsts.append(firsts[-1] + (1 << b.slices_log2))
+    sliced = sql_text.select(union, ["*", f"{_slice_of(batches, firsts)} AS {SLICE}"])
+    ordered = sliced.repartition(firsts[-1], SLICE).sortWithinPartitions(SLICE, KEY_HASH)
     targets = [
         {
+            "part": i,
             "directory": os.path.join(b.root, batch_dir(b.batch_id)),
             "relative": batch_dir(b.batch_id),
             "slots": [slot(k) for k in placed],
@@ -67,29 +82,53 @@ def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
             "bounded": [KEY_HASH, *time_columns(b.dims)],
             "rows_per_file": b.rows_per_file,
         }
-        for b, placed in zip(batches, placement, strict=True)
+        for i, (b, placed) in enumerate(zip(batches, placement, strict=True))
+        for _ in range(1 << b.slices_log2)
     ]
     with phase(SPARK):
         reported = ordered.mapInArrow(_writer(targets), FILES).toArrow()
-    files: list[list[DataFile]] = [[] for _ in batches]
+    files: list[list[tuple[int, DataFile]]] = [[] for _ in batches]
     for row in reported.to_pylist():
         names = [KEY_HASH, *time_columns(batches[row["part"]].dims)]
         low = dict(zip(names, row["low"], strict=True))
         high = dict(zip(names, row["high"], strict=True))
         stats = make_stats(row["records"], low, high)
-        files[row["part"]].append(DataFile(row["path"], row["size"], row["records"], stats))
-    # one task wrote each batch, and reported its files in the order it wrote them
-    return [WrittenBatch(b.batch_id, tuple(f)) for b, f in zip(batches, files, strict=True)]
+        written = DataFile(row["path"], row["size"], row["records"], stats)
+        files[row["part"]].append((low[KEY_HASH], written))
+    # each task reports its files in the order it wrote them, by key hash, and the
+    # slices of a batch hold disjoint ranges of key hashes: a stable sort by the
+    # least key hash of each file orders a batch's files
+    return [
+        WrittenBatch(b.batch_id, tuple(file for _, file in sorted(f, key=lambda lf: lf[0])))
+        for b, f in zip(batches, files, strict=True)
+    ]
+
+
+def _slice_of(batches: Sequence[ExecutorBatch], firsts: Sequence[int]) -> str:
+    """The slice each row of the union is written in: its batch's first slice, plus
+    the top ``slices_log2`` bits of its key hash read as unsigned (the sign bit
+    flipped), so that a batch's slices follow its key-hash order."""
+    unsigned = f"({quote(KEY_HASH)} ^ shiftleft(CAST(1 AS BIGINT), 63))"
+    cases = [
+        f"WHEN {i} THEN {first}"
+        + (
+            f" + CAST(shiftrightunsigned({unsigned}, {64 - b.slices_log2}) AS INT)"
+            if b.slices_log2
+            else ""
+        )
+        for i, (b, first) in enumerate(zip(batches, firsts, strict=False))
+    ]
+    return f"CASE {quote(PART)} {' '.join(cases)} END"
 
 
 def _writer(
     targets: list[dict[str, Any]],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function each task runs over its rows: it writes the rows of each batch
-    (``PART``) into files of at most ``rows_per_file`` rows, in the order it gets
-    them (by key hash), and yields one row per file. It is pickled with its
+    (``SLICE``, of the batch ``part``) into files of at most ``rows_per_file`` rows,
+    in the order it gets them (by key hash), and yields one row per file. It is pickled with its
     ``targets`` (plain data) and uses pyarrow and the standard library only."""
-    part_column = PART
+    part_column = SLICE
 
     def write(chunks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import os
@@ -105,6 +144,7 @@ def _writer(
         def close() -> None:
             if current:
                 current.pop("writer").close()
+                current.pop("slice")
                 current["size"] = os.path.getsize(current.pop("full_path"))
                 reports.append(dict(current))
                 current.clear()
@@ -115,7 +155,8 @@ def _writer(
             name = f"part-{uuid.uuid4().hex}.parquet"
             full_path = os.path.join(target["directory"], name)
             current.update(
-                part=part,
+                slice=part,
+                part=target["part"],
                 path=f"{target['relative']}/{name}",
                 full_path=full_path,
                 writer=pq.ParquetWriter(full_path, target["schema"]),
@@ -128,7 +169,7 @@ def _writer(
             target = targets[part]
             while rows.num_rows:
                 if current and (
-                    current["part"] != part or current["records"] == target["rows_per_file"]
+                    current["slice"] != part or current["records"] == target["rows_per_file"]
                 ):
                     close()
                 if not current:
