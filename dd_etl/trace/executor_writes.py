@@ -116,7 +116,7 @@ def _slice_of(batches: Sequence[ExecutorBatch], firsts: Sequence[int]) -> str:
             if b.slices_log2
             else ""
         )
-        for i, (b, first) in enumerate(zip(batches, firsts, strict=False))
+        for i, (b, first) in enumerate(zip(batches, firsts[:-1], strict=True))
     ]
     return f"CASE {quote(PART)} {' '.join(cases)} END"
 
@@ -124,11 +124,12 @@ def _slice_of(batches: Sequence[ExecutorBatch], firsts: Sequence[int]) -> str:
 def _writer(
     targets: list[dict[str, Any]],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function each task runs over its rows: it writes the rows of each batch
-    (``SLICE``, of the batch ``part``) into files of at most ``rows_per_file`` rows,
-    in the order it gets them (by key hash), and yields one row per file. It is pickled with its
+    """The function each task runs over its rows: it writes the rows of each slice
+    (``SLICE``, an index into ``targets``) into files of at most ``rows_per_file``
+    rows, in the order it gets them (by key hash), and yields one row per file, of
+    the batch (``part``) the slice belongs to. It is pickled with its
     ``targets`` (plain data) and uses pyarrow and the standard library only."""
-    part_column = SLICE
+    slice_column = SLICE
 
     def write(chunks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import os
@@ -149,13 +150,13 @@ def _writer(
                 reports.append(dict(current))
                 current.clear()
 
-        def open_for(part: int) -> None:
-            target = targets[part]
+        def open_for(index: int) -> None:
+            target = targets[index]
             os.makedirs(target["directory"], exist_ok=True)
             name = f"part-{uuid.uuid4().hex}.parquet"
             full_path = os.path.join(target["directory"], name)
             current.update(
-                slice=part,
+                slice=index,
                 part=target["part"],
                 path=f"{target['relative']}/{name}",
                 full_path=full_path,
@@ -165,15 +166,15 @@ def _writer(
                 high=[None] * len(target["bounded"]),
             )
 
-        def put(part: int, rows: pa.Table) -> None:
-            target = targets[part]
+        def put(index: int, rows: pa.Table) -> None:
+            target = targets[index]
             while rows.num_rows:
                 if current and (
-                    current["slice"] != part or current["records"] == target["rows_per_file"]
+                    current["slice"] != index or current["records"] == target["rows_per_file"]
                 ):
                     close()
                 if not current:
-                    open_for(part)
+                    open_for(index)
                 taken = rows.slice(0, target["rows_per_file"] - current["records"])
                 rows = rows.slice(taken.num_rows)
                 current["writer"].write_table(taken)
@@ -186,14 +187,14 @@ def _writer(
                     current["high"][i] = hi if was_hi is None else max(was_hi, hi)
 
         for chunk in chunks:
-            runs = pc.run_end_encode(chunk.column(part_column))
+            runs = pc.run_end_encode(chunk.column(slice_column))
             start = 0
             ends = runs.run_ends.to_pylist()
-            for part, end in zip(runs.values.to_pylist(), ends, strict=True):
-                target = targets[part]
+            for index, end in zip(runs.values.to_pylist(), ends, strict=True):
+                target = targets[index]
                 rows = pa.Table.from_batches([chunk.slice(start, end - start)])
                 rows = rows.select(target["slots"]).rename_columns(target["schema"].names)
-                put(part, rows.cast(target["schema"]))
+                put(index, rows.cast(target["schema"]))
                 start = end
         close()
         if reports:
