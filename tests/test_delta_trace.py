@@ -622,6 +622,37 @@ def test_a_batch_the_caller_bounds_is_written_without_a_count(
     assert contents(bounded.read_at()) == contents(counted.read_at()) == expected
 
 
+def test_a_large_batch_is_written_in_slices_of_the_hash_space_without_sampling(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch bounded above what one task writes is written by Spark in slices of
+    equal width of the hash space (a file's worth each, at most ``SLICES_PER_CORE``
+    per task Spark runs at once), slice ``i`` by task ``i``: one job, with no job
+    sampling range boundaries, files of consecutive key-hash ranges, each within
+    one slice and of at most a file's worth, in the order the trace lists them,
+    duplicates summed."""
+    monkeypatch.setattr(spark_files, "ONE_TASK_RECORDS", 8)
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=10)
+    rows = [((k, f"v{k}"), (0,), 1) for k in range(200)]
+    updates = frame(spark, rows + rows[:20])
+
+    def append() -> None:
+        trace.compare_and_append(updates, e(0), e(1), at_most=220, placement=BULK)
+
+    with applied(spark, medium(2)):  # no adaptive execution: a plan is one job
+        assert jobs_of(spark, "sliced-spark-write", append) == 1
+    bounds = [hash_bounds(f) for f in trace.files()]
+    flat = [h for b in bounds if b for h in b]
+    assert None not in bounds and flat == sorted(flat)
+    n = spark_files.SLICES_PER_CORE * spark.sparkContext.defaultParallelism
+    assert n < 22  # a file's worth each would be 22 slices
+    slices = {((lo + 2**63) * n >> 64, (hi + 2**63) * n >> 64) for lo, hi in filter(None, bounds)}
+    assert all(a == b for a, b in slices) and len(slices) == n
+    assert max(f.records for f in trace.files()) <= 10
+    expected = {(k, f"v{k}"): 2 if k < 20 else 1 for k in range(200)}
+    assert contents(trace.read_at()) == expected
+
+
 def jobs_of(spark: SparkSession, group: str, work: Callable[[], object]) -> int:
     """The Spark jobs ``work`` launches."""
     spark.sparkContext.setJobGroup(group, "a test's work")

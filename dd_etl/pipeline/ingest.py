@@ -26,6 +26,7 @@ from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.progress import Progress
 from dd_etl.profiling import Profiler
 from dd_etl.runtime.epochs import epoch_of
+from dd_etl.runtime.runner import source_records
 from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes, records_at_most
 from dd_etl.sources.base import Capture, encode_position, read_position
 from dd_etl.spark import full_compiler_for
@@ -46,6 +47,8 @@ class _Captured:
     meta: dict[str, str]
     summary: str
     sizing: Sizing
+    records: int | None
+    """How many records the changes hold, where Spark writes them (``source_records``)."""
 
     def append(self, batch: CollectedBatch | None = None) -> None:
         """Append the changes, as the driver holds them when ``batch`` is given."""
@@ -53,7 +56,12 @@ class _Captured:
         with _taken_in(self.name):
             updates = self.updates if batch is None else batch
             self.trace.compare_and_append(
-                updates, lower, upper, self.meta, placement=self.sizing.placement
+                updates,
+                lower,
+                upper,
+                self.meta,
+                at_most=self.records,
+                placement=self.sizing.placement,
             )
 
 
@@ -121,8 +129,9 @@ def _capture(
         full_compiler_for(records_at_most(estimated))
         sizing = for_bytes(estimated)
         updates = rt.source_updates(name, changes, epoch)
+        records = source_records(updates, sizing)
     meta = encode_position(taken.position)
-    return _Captured(name, trace, updates, epoch, meta, taken.summary, sizing)
+    return _Captured(name, trace, updates, epoch, meta, taken.summary, sizing, records)
 
 
 def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:

@@ -25,6 +25,7 @@ from dd_etl.plan.dataflow import Dataflow, PlanError
 from dd_etl.plan.graph import dependants, layers, stateful, trace_key, upstream
 from dd_etl.plan.loops import inner_traces, loop_nest
 from dd_etl.plan.refresh import RefreshChoice, choose
+from dd_etl.profiling import SPARK, phase
 from dd_etl.runtime.catalog import readable_from
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
@@ -43,6 +44,18 @@ RUNTIME_READER = "runtime"
 RETENTION_READER = "retention"
 PLAN_META = "plan"
 """Trace meta key of a view: the structural id of the definition that computes it."""
+
+
+def source_records(updates: DataFrame, sizing: Sizing) -> int | None:
+    """How many records a source's changes hold, where Spark writes them: counted
+    without caching them (of files, Spark counts from their footers), so that the
+    write sizes its slices by the count and reads the changes once, where a
+    cached count would compute and hold them all first. None for a small
+    interval's, which the driver collects up to a bound of its own."""
+    if sizing.driver_rows:
+        return None
+    with phase(SPARK):
+        return updates.count()
 
 
 class PlanChanged(PlanError):
@@ -133,13 +146,14 @@ class Runtime:
         Changes Spark estimates small are written by the driver, others by Spark.
         """
         updates = self.source_updates(name, changes, epoch)
-        placement = for_bytes(estimated_bytes(updates)).placement
+        sizing = for_bytes(estimated_bytes(updates))
         return self.trace(self.flow.sources[name]).compare_and_append(
             updates,
             Antichain.from_epoch(epoch),
             Antichain.from_epoch(epoch + 1),
             meta,
-            placement=placement,
+            at_most=source_records(updates, sizing),
+            placement=sizing.placement,
         )
 
     def source_updates(self, name: str, changes: DataFrame, epoch: int) -> DataFrame:

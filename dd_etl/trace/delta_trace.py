@@ -38,6 +38,7 @@ from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import SinceViolation, TraceError
 from dd_etl.trace.executor_writes import ExecutorBatch
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
+from dd_etl.trace.hash_slices import LOWEST
 from dd_etl.trace.placement import BULK, Placement
 from dd_etl.trace.spine import HASH_SPACE, HashRange
 from dd_etl.trace.state import Merge, TraceState
@@ -197,9 +198,11 @@ class DeltaStorage:
         records: int | None,
         distinct: bool,
         placement: Placement,
+        hashes: tuple[int, int] = (LOWEST, -LOWEST),
     ) -> list[DataFile]:
         """Write ``stored`` (of at most about ``records`` records, if known;
-        ``distinct`` ones need no summing) under ``directory``. In the driver's
+        ``distinct`` ones need no summing; key hashes in ``hashes``) under
+        ``directory``. In the driver's
         placement, one file's worth (up to ``DRIVER_WRITTEN_RECORDS`` of unknown
         size) is collected and written by the driver; everything else is written
         by Spark's executors (``spark_files.write_files``)."""
@@ -218,6 +221,7 @@ class DeltaStorage:
             self.rows_per_file,
             distinct,
             shuffled=not placement.driver,
+            hashes=hashes,
         )
 
     def _write_collected(self, state: TraceState, directory: str, rows: pa.Table) -> list[DataFile]:
@@ -239,7 +243,9 @@ class DeltaStorage:
             df = df.where(F.col(KEY_HASH) < hashes.end)
         df = spark_files.advance_times(df, state.dims, merge.since)
         estimate = sum(f.records for f in inputs)
-        return self._write_files(state, directory, df, estimate, False, BULK)
+        return self._write_files(
+            state, directory, df, estimate, False, BULK, (hashes.start, hashes.end)
+        )
 
     def discard(self, files: Sequence[DataFile]) -> None:
         spark_files.remove_files(self.uri, files)

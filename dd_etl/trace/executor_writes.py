@@ -33,6 +33,7 @@ from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.profiling import SPARK, phase
 from dd_etl.sql_text import quote
+from dd_etl.trace import hash_slices
 from dd_etl.trace.batch import DataFile, WrittenBatch, batch_dir
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.file_stats import make_stats
@@ -70,8 +71,16 @@ def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
     firsts = [0]
     for b in batches:
         firsts.append(firsts[-1] + (1 << b.slices_log2))
-    sliced = sql_text.select(union, ["*", f"{_slice_of(batches, firsts)} AS {SLICE}"])
-    ordered = sliced.repartition(firsts[-1], SLICE).sortWithinPartitions(SLICE, KEY_HASH)
+    total = firsts[-1]
+    sliced = sql_text.select(
+        union,
+        [
+            "*",
+            f"{_slice_of(batches, firsts)} AS {SLICE}",
+            f"{hash_slices.partition_key(quote(SLICE), total)} AS {_TASK}",
+        ],
+    )
+    ordered = sliced.repartition(total, _TASK).sortWithinPartitions(SLICE, KEY_HASH)
     targets = [
         {
             "part": i,
@@ -106,19 +115,18 @@ def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
 
 def _slice_of(batches: Sequence[ExecutorBatch], firsts: Sequence[int]) -> str:
     """The slice each row of the union is written in: its batch's first slice, plus
-    the top ``slices_log2`` bits of its key hash read as unsigned (the sign bit
-    flipped), so that a batch's slices follow its key-hash order."""
-    unsigned = f"({quote(KEY_HASH)} ^ shiftleft(CAST(1 AS BIGINT), 63))"
+    its slice among the batch's own (``hash_slices``), so that a batch's slices
+    follow its key-hash order."""
     cases = [
         f"WHEN {i} THEN {first}"
-        + (
-            f" + CAST(shiftrightunsigned({unsigned}, {64 - b.slices_log2}) AS INT)"
-            if b.slices_log2
-            else ""
-        )
+        + (f" + {hash_slices.slice_of(1 << b.slices_log2)}" if b.slices_log2 else "")
         for i, (b, first) in enumerate(zip(batches, firsts[:-1], strict=True))
     ]
     return f"CASE {quote(PART)} {' '.join(cases)} END"
+
+
+_TASK = "__task"
+"""The key that sends slice ``i`` of the union to task ``i`` (``hash_slices``)."""
 
 
 def _writer(

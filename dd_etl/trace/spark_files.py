@@ -1,6 +1,6 @@
 """Spark jobs that turn updates into the parquet files of a batch, and read them back.
 
-Files of a batch are range-partitioned and sorted by the key hash, so each file
+Files of a batch are slices of the key-hash range, sorted by key hash, so each file
 covers a narrow hash interval and its Delta statistics let a key lookup skip
 every file that cannot hold the key. Updates are consolidated on the way in:
 equal ``(data, time)`` rows are summed and zero diffs dropped.
@@ -26,11 +26,13 @@ from dd_etl.lattice import Antichain
 from dd_etl.local_relations import empty_frame
 from dd_etl.profiling import SPARK, phase
 from dd_etl.sql_text import cast, quote
+from dd_etl.trace import hash_slices
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import TraceError
 from dd_etl.trace.file_stats import make_stats
+from dd_etl.trace.hash_slices import LOWEST
 from dd_etl.trace.state import TraceState
 
 ROWS_PER_FILE = 250_000
@@ -40,6 +42,13 @@ ONE_TASK_RECORDS = 1_000_000
 new file every ``ROWS_PER_FILE`` records of its key-hash order: no job samples
 the batch for range boundaries, and a loose bound (a reduction's, that every key
 it reads a change of changes) costs nothing."""
+
+
+SLICES_PER_CORE = 4
+"""A batch Spark writes is cut into at most this many slices per task it runs at
+once: enough for slices of uneven cost to even out, and not a file per slice
+of a bound far above what a batch holds (a load's reduction, bounded by the
+records it reads, 100 M, holds a row per group: 265 of them were 194 files)."""
 
 
 def data_schema(state: TraceState) -> StructType:
@@ -99,29 +108,42 @@ def estimated_bytes(df: DataFrame) -> int:
 
 
 def consolidate(
-    df: DataFrame, partitions: int, distinct: bool = False, shuffled: bool = False
+    df: DataFrame,
+    partitions: int,
+    distinct: bool = False,
+    shuffled: bool = False,
+    hashes: tuple[int, int] = (LOWEST, -LOWEST),
 ) -> DataFrame:
     """Sum the diffs of equal rows, drop zeros, and lay rows out by key hash; only
     the layout for ``distinct`` rows, of which no two share data and time (and
     none has a zero diff): summing a million distinct rows costs as much again as
     sorting them.
 
-    Range partitioning by key hash already co-locates equal rows, so the
-    aggregation needs no second shuffle. One partition needs no range boundaries:
-    it satisfies the aggregation's distribution already. It is made by a shuffle
-    when ``shuffled`` (the plan's last stage may scan much to keep little: a
-    lookup in a large history), else by coalescing the partitions of a plan that
-    is small throughout (a small interval's, one partition already).
+    Several partitions are slices of the key-hash range ``hashes`` (``[low,
+    high)``, all of it unless the rows are known to lie in less), partition ``i``
+    slice ``i`` (``hash_slices``): no job samples the rows for range boundaries.
+    The slice is a grouping column too, so the aggregation sees its input
+    clustered already and needs no second shuffle. One partition needs no
+    slices: it satisfies the aggregation's distribution already. It is made by a
+    shuffle when ``shuffled`` (the plan's last stage may scan much to keep
+    little: a lookup in a large history), else by coalescing the partitions of
+    a plan that is small throughout (a small interval's, one partition already).
     """
     columns = df.columns
     group = [c for c in columns if c != DIFF]
     if partitions > 1:
-        laid_out = df.repartitionByRange(partitions, KEY_HASH)
+        key = hash_slices.partition_key(hash_slices.slice_of(partitions, *hashes), partitions)
+        keyed = sql_text.select(df, ["*", f"{key} AS {quote(_SLICE_KEY)}"])
+        laid_out = keyed.repartition(partitions, _SLICE_KEY)
+        group.append(_SLICE_KEY)
     else:
         laid_out = df.repartition(1) if shuffled else df.coalesce(1)
     out = (laid_out if distinct else consolidated(laid_out, group)).sortWithinPartitions(KEY_HASH)
     # the stored layout ends with the diff, as the aggregation leaves it
-    return out if columns[-1] == DIFF else sql_text.columns(out, columns)
+    return out if out.columns == columns else sql_text.columns(out, columns)
+
+
+_SLICE_KEY = "__slice_key"
 
 
 def advance_times(df: DataFrame, dims: int, since: Antichain) -> DataFrame:
@@ -147,15 +169,19 @@ def write_files(
     rows_per_file: int = ROWS_PER_FILE,
     distinct: bool = False,
     shuffled: bool = False,
+    hashes: tuple[int, int] = (LOWEST, -LOWEST),
 ) -> list[DataFile]:
-    """Consolidate ``df`` (stored layout) and write it under ``root/directory``:
-    range-partitioned into files of about ``rows_per_file`` records when
-    ``records_hint`` says there are more than ``ONE_TASK_RECORDS``, else by one
-    task that starts a new file every ``rows_per_file`` records (``consolidate``
+    """Consolidate ``df`` (stored layout, its key hashes in ``hashes``) and write it
+    under ``root/directory`` in files of at most ``rows_per_file`` records: in
+    slices of its key hashes, a file's worth each but no more than
+    ``SLICES_PER_CORE`` per task Spark runs at once, when ``records_hint`` says
+    there are more than ``ONE_TASK_RECORDS``; else by one task (``consolidate``
     tells ``shuffled``)."""
     few = records_hint is None or records_hint <= ONE_TASK_RECORDS
-    partitions = 1 if few else math.ceil((records_hint or 0) / rows_per_file)
-    out = consolidate(df, partitions, distinct, shuffled)
+    cores = df.sparkSession.sparkContext.defaultParallelism
+    files = math.ceil((records_hint or 0) / rows_per_file)
+    partitions = 1 if few else min(files, SLICES_PER_CORE * cores)
+    out = consolidate(df, partitions, distinct, shuffled, hashes)
     target = os.path.join(root, directory)
     with phase(SPARK):
         writer = out.write.mode("errorifexists").option("maxRecordsPerFile", rows_per_file)
