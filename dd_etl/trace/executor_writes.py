@@ -60,11 +60,13 @@ class ExecutorBatch:
 
 
 SLICE = "__slice"
+_TASK = "__task"
+"""The key that sends slice ``i`` of the union to task ``i`` (``hash_slices``)."""
 
 
 def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
-    """Write ``batches`` in one Spark job, each slice of each by one task (a task
-    may write several), and return each one's files in key-hash order."""
+    """Write ``batches`` in one Spark job, each slice of each by a task of its own,
+    and return each one's files in key-hash order."""
     if not batches:
         return []
     union, placement = tagged_union([b.rows for b in batches], shared=[KEY_HASH])
@@ -123,10 +125,6 @@ def _slice_of(batches: Sequence[ExecutorBatch], firsts: Sequence[int]) -> str:
         for i, (b, first) in enumerate(zip(batches, firsts[:-1], strict=True))
     ]
     return f"CASE {quote(PART)} {' '.join(cases)} END"
-
-
-_TASK = "__task"
-"""The key that sends slice ``i`` of the union to task ``i`` (``hash_slices``)."""
 
 
 def _writer(
