@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m dd_etl.delta_jars  # Delta's jars for Spark, from Maven Central, once
 	touch $(STAMP)
 
 TAXI := assets/taxi/pipeline.yaml

@@ -32,6 +32,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from dd_etl import delta_jars
 from dd_etl.errors import ConfigError
 from dd_etl.jvm_archive import (
     archive_for,
@@ -61,6 +62,9 @@ DEFAULT_CONF: dict[str, str] = {
     # do not see: a stage scanning 857 KB reported 12 KB read. Runs report the
     # bytes they read (``profiling.py``), so reads stay on the task's thread.
     "spark.hadoop.parquet.hadoop.vectored.io.enabled": "false",
+    # Delta replays a table's log in 50 partitions by default: 50 tasks for a log of
+    # a few commits, each time a snapshot is computed.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 DRIVER_GC = "-XX:+UseParallelGC"
 """The driver's garbage collector, unless the deployment tunes the JVM itself. A
@@ -118,7 +122,7 @@ def session(
     # Python workers (for the few Python reductions) run this interpreter, with
     # the same packages, unless the deployment says otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    options = {**DEFAULT_CONF, **(conf or {})}
+    options = {**DEFAULT_CONF, **delta_jars.spark_options(), **(conf or {})}
     master = master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
     settings: Settings = (master, tuple(sorted((conf or {}).items())))
     if _starts_jvm():

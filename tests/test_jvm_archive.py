@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from dd_etl import jvm_archive
+from dd_etl import delta_jars, jvm_archive
 from dd_etl.jvm_archive import (
     ARCHIVE_ENV,
     JAVA_OPTIONS,
@@ -123,7 +123,7 @@ def test_first_process_writes_the_archive_and_the_next_maps_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ARCHIVE_ENV, str(tmp_path))
-    archive = archive_for({})
+    archive = archive_for(delta_jars.spark_options())  # the class path every session has
     assert archive is not None
     path = archive.path
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl.operators.join import HISTORY_TIME, History
-from dd_etl.operators.partitions import colocated, one_partition
+from dd_etl.operators.partitions import colocated, union
 from dd_etl.trace.columns import DIFF, TIME
 
 
@@ -77,7 +77,7 @@ def delta_query(
             other = before.unionByName(deltas[step.relation]) if step.relation < i else before
             partial = _extend(partial, other, step.key)
         terms.append(partial.select(*output, TIME, DIFF))
-    return one_partition(functools.reduce(DataFrame.unionByName, terms))
+    return union(*terms)
 
 
 def _extend(partial: DataFrame, other: DataFrame, key: Sequence[str]) -> DataFrame:

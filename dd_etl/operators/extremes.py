@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 
 from dd_etl import sql_text
 from dd_etl.operators.join import History
+from dd_etl.operators.partitions import union
 from dd_etl.operators.reduce import HIGH, LOW, null_safe_join
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
@@ -117,19 +118,17 @@ def delta_extremes(
     history = sql_text.select(
         null_safe_join(input_history(reached_keys), hit_times, key), [*data, time, diff]
     )
-    present = consolidated(history.unionByName(hit), [*[c for c in d_in.columns if c != DIFF]])
+    present = consolidated(union(history, hit), [*[c for c in d_in.columns if c != DIFF]])
     extended = [f"min({LOW}) AS {LOW}", f"max({HIGH}) AS {HIGH}"]
     recomputed = sql_text.group(present.where(f"{diff} > 0"), [*key, TIME], extended)
     # the others: their current extremes widened by what they gained
     kept_keys = sql_text.select(kept, keyed).distinct()
     kept_now = sql_text.select(null_safe_join(current, kept_keys, key), [*keyed, LOW, HIGH, time])
     gained = sql_text.select(kept.where(f"{diff} > 0"), [*keyed, LOW, HIGH, time])
-    widened = sql_text.group(kept_now.unionByName(gained), [*key, TIME], extended)
-    new = sql_text.select(
-        recomputed.unionByName(widened), [*out, time, f"CAST(1 AS BIGINT) AS {diff}"]
-    )
+    widened = sql_text.group(union(kept_now, gained), [*key, TIME], extended)
+    new = sql_text.select(union(recomputed, widened), [*out, time, f"CAST(1 AS BIGINT) AS {diff}"])
     old = sql_text.select(current, [*out, time, f"-{diff} AS {diff}"])
-    return new.unionByName(old)
+    return union(new, old)
 
 
 def reached_in_spark(d_in: DataFrame, current: DataFrame, key: Sequence[str]) -> DataFrame:

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl import sql_text
-from dd_etl.operators.partitions import colocated, one_partition
+from dd_etl.operators.partitions import colocated, union
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -92,4 +92,4 @@ def delta_join(
     both = h_right.unionByName(d_right)
     first = pair(d_left, both, lk, rk, right_columns, left_columns, null_safe)
     second = pair(h_left, d_right, lk, rk, right_columns, left_columns, null_safe)
-    return one_partition(first.unionByName(second))
+    return union(first, second)

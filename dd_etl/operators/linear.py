@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl import sql_text
+from dd_etl.operators.partitions import union
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -51,10 +52,7 @@ def explode(df: DataFrame, column: Expr, alias: str, keep: Sequence[str]) -> Dat
 
 
 def concat(dfs: Sequence[DataFrame]) -> DataFrame:
-    out = dfs[0]
-    for other in dfs[1:]:
-        out = out.unionByName(other)
-    return out
+    return union(*dfs)
 
 
 def negate(df: DataFrame) -> DataFrame:

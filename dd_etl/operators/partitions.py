@@ -19,6 +19,8 @@ joins of a TPC-H query) ran out of memory where sorts would have spilled.
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import DataFrame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -39,6 +41,13 @@ def one_partition(df: DataFrame) -> DataFrame:
     """``df`` in one partition if the session shuffles into one: also for a union of
     joins' outputs, which Spark would otherwise shuffle for the next aggregate."""
     return df.coalesce(1) if _one_partition(df) else df
+
+
+def union(*dfs: DataFrame) -> DataFrame:
+    """The union of ``dfs`` (by column name), in one partition if the session
+    shuffles into one: Spark reports a union's partitioning as unknown even when
+    every input is one partition, and shuffles it for the next aggregate or join."""
+    return one_partition(functools.reduce(DataFrame.unionByName, dfs))
 
 
 def _one_partition(df: DataFrame) -> bool:

@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
 from dd_etl.operators.join import HISTORY_TIME, History
-from dd_etl.operators.partitions import colocated
+from dd_etl.operators.partitions import colocated, union
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -177,7 +177,7 @@ def delta_reduce(
     hist = sql_text.select(
         input_history(keys), [*data, f"CAST({HISTORY_TIME} AS BIGINT) AS {time}", diff]
     )
-    updates = hist.unionByName(sql_text.select(d_in, [*data, time, diff]))
+    updates = union(hist, sql_text.select(d_in, [*data, time, diff]))
     reached = null_safe_join(updates, sql_text.select(times, [*keyed, at]), key)
     summed = sql_text.group(
         reached.where(f"{time} <= {at}"), [*names, AT], [f"sum({diff}) AS {diff}"]
@@ -196,4 +196,4 @@ def delta_reduce(
     # -(output before the interval) at each key's first interesting time
     before = null_safe_join(output_history(keys), first, key)
     retract = sql_text.select(before, [*out, time, f"-{diff} AS {diff}"])
-    return changes.unionByName(retract)
+    return union(changes, retract)

@@ -20,7 +20,7 @@ from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
-from dd_etl.errors import PipelineError, SourceError
+from dd_etl.errors import HistoryLost, PipelineError, SourceError
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.progress import Progress
@@ -34,12 +34,15 @@ from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
 from dd_etl.trace.spark_files import estimated_bytes
 
 _SPARK_ERRORS = (PySparkException, Py4JJavaError)
+_FILE_GONE = ("FileNotFoundException", "FILE_NOT_EXIST", "DELTA_CHANGE_DATA_FILE_NOT_FOUND")
+"""How Spark's errors say that a file a read planned on no longer exists."""
 
 
 @dataclass(frozen=True)
 class _Captured:
     """A source's changes for the epoch, planned and not yet appended."""
 
+    pipeline: str
     name: str
     trace: DeltaTrace
     updates: DataFrame
@@ -53,7 +56,7 @@ class _Captured:
     def append(self, batch: CollectedBatch | None = None) -> None:
         """Append the changes, as the driver holds them when ``batch`` is given."""
         lower, upper = Antichain.from_epoch(self.epoch), Antichain.from_epoch(self.epoch + 1)
-        with _taken_in(self.name):
+        with _taken_in(self.pipeline, self.name):
             updates = self.updates if batch is None else batch
             self.trace.compare_and_append(
                 updates,
@@ -118,7 +121,7 @@ def _capture(
     if upper < epoch:  # a source new to the pipeline: empty before its first epoch
         empty = pipeline.flow.empty_updates(node.schema)
         trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
-    with _taken_in(name):
+    with _taken_in(str(pipeline.file), name):
         taken = given or pipeline.readers[name].capture(
             read_position(trace), trace, node.schema, limit
         )
@@ -131,7 +134,9 @@ def _capture(
         updates = rt.source_updates(name, changes, epoch)
         records = source_records(updates, sizing)
     meta = encode_position(taken.position)
-    return _Captured(name, trace, updates, epoch, meta, taken.summary, sizing, records)
+    return _Captured(
+        str(pipeline.file), name, trace, updates, epoch, meta, taken.summary, sizing, records
+    )
 
 
 def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
@@ -146,12 +151,16 @@ def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
 
 
 @contextmanager
-def _taken_in(name: str) -> Iterator[None]:
-    """Spark's failure to take a source's data in, as an error naming the source."""
+def _taken_in(pipeline: str, name: str) -> Iterator[None]:
+    """Spark's failure to take a source's data in, as an error naming the source: a
+    file of the source's history that is gone (vacuumed, deleted) as lost history."""
     try:
         yield
     except _SPARK_ERRORS as e:
-        raise SourceError(name, f"its new data cannot be taken in: {_first_line(e)}") from e
+        said = _first_line(e)
+        if any(sign in said for sign in _FILE_GONE):
+            raise HistoryLost(pipeline, name, f"a file it had not read is gone ({said})") from e
+        raise SourceError(name, f"its new data cannot be taken in: {said}") from e
 
 
 def _first_line(e: Exception) -> str:

@@ -4,14 +4,20 @@ snapshots when the feed is not enabled.
 The position is the table version the source's latest epoch covers. A feed that
 can no longer be read back to that version (vacuumed files, cleaned-up log, a
 table recreated at a lower version) is lost history: the run stops rather than
-skip changes. Reading the table itself is Spark's job (the parquet files of the
-snapshot); only the change feed of an interval comes through delta-rs.
+skip changes.
+
+Spark's Delta reader reads the table (snapshots and change feeds alike), so
+every table delta-spark writes is a source, whatever its features (deletion
+vectors, column mapping, type widening, row tracking, clustering), and an
+interval's rows never pass through the driver. delta-rs answers what needs no
+Spark: the table's version, schema and settings. One shortcut: the change feed
+of a small interval, on a table whose features delta-rs reads, is read by
+delta-rs into the driver and handed to Spark as a local relation, with no file
+listing or scan set-up; it reads at most ``DRIVER_FEED_RECORDS`` rows, and a
+larger feed goes to Spark.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
-from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -19,18 +25,23 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import HistoryLost, SourceError
-from dd_etl.local_relations import empty_frame
+from dd_etl.failpoints import failpoint
+from dd_etl.local_relations import local_relation
+from dd_etl.runtime.sizing import SMALL_INTERVAL_RECORDS
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
 
 CHANGE_TYPE = "_change_type"
 INSERTS = ("insert", "update_postimage")
-UNSUPPORTED_FEATURES = ("deletionVectors", "columnMapping")
-"""Reader features whose tables Spark cannot read as plain parquet files."""
+SIGN = "__sign"
+DRIVER_FEED_RECORDS = SMALL_INTERVAL_RECORDS
+"""The most change rows delta-rs reads into the driver before the feed goes to Spark."""
+DRIVER_FEED_FEATURES = frozenset({"deletionVectors", "timestampNtz", "v2Checkpoint"})
+"""Reader features delta-rs's change feed reads (it refuses column mapping there)."""
 
 
 class DeltaSource:
@@ -142,60 +153,73 @@ class DeltaSource:
             if f.name in have and have[f.name] != f.dataType
         ]
         if lost or changed:
-            what = (f"columns {lost} were dropped" if lost else "") + (
+            what = (f"columns {lost} were renamed or dropped" if lost else "") + (
                 f"{'; ' if lost else ''}columns changed type: {', '.join(changed)}"
                 if changed
                 else ""
             )
             raise HistoryLost(self.pipeline, self.name, f"its schema changed: {what}")
-        features = set(table.protocol().reader_features or [])
-        unsupported = sorted(features & set(UNSUPPORTED_FEATURES))
-        if unsupported:
-            raise SourceError(self.name, f"Delta reader features {unsupported} are not supported")
 
     def _read(self, table: DeltaTable, schema: StructType) -> DataFrame:
-        """The snapshot's rows, read by Spark from the table's parquet files."""
-        partition_columns = list(table.metadata().partition_columns)
-        uris = table.file_uris()
-        file_schema = StructType([f for f in schema.fields if f.name not in partition_columns])
-        if not uris:
-            return conform(empty_frame(self.spark, schema), schema)
-        if not partition_columns:
-            return conform(self.spark.read.schema(file_schema).parquet(*uris), schema)
-        actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-        groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
-        root = table.table_uri.rstrip("/")
-        for i, path in enumerate(actions["path"]):
-            values = tuple(actions[f"partition.{c}"][i] for c in partition_columns)
-            groups[values].append(path if "://" in path else f"{root}/{path}")
-        parts = []
-        for values, files in groups.items():
-            df = self.spark.read.schema(file_schema).parquet(*files)
-            for c, v in zip(partition_columns, values, strict=True):
-                df = df.withColumn(c, F.lit(v).cast(schema[c].dataType))
-            parts.append(df)
-        out = parts[0]
-        for p in parts[1:]:
-            out = out.unionByName(p)
-        return conform(out, schema)
+        """The snapshot's rows at ``table``'s version, read by Spark's Delta reader."""
+        reader = self.spark.read.format("delta").option("versionAsOf", table.version())
+        return conform(reader.load(self.uri), schema)
 
     def _feed(self, table: DeltaTable, start: int, end: int, schema: StructType) -> DataFrame:
+        """The change feed of versions ``start..end`` as updates of ``schema``."""
+        features = set(table.protocol().reader_features or [])
+        if features <= DRIVER_FEED_FEATURES:
+            small = self._feed_in_driver(table, start, end, schema)
+            if small is not None:
+                return small
         try:
-            feed = pa.table(table.load_cdf(starting_version=start, ending_version=end))
+            feed = (
+                self.spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", start)
+                .option("endingVersion", end)
+                .load(self.uri)
+            )
         except Exception as e:
-            raise HistoryLost(
-                self.pipeline,
-                self.name,
-                f"its change data feed for versions {start}..{end} cannot be read ({e})",
-            ) from None
+            raise self._feed_lost(start, end, e) from None
+        failpoint("source.feed_planned")
+        sign = F.when(F.col(CHANGE_TYPE).isin(*INSERTS), 1).otherwise(-1)
+        return conform(feed, schema, sign)
+
+    def _feed_in_driver(
+        self, table: DeltaTable, start: int, end: int, schema: StructType
+    ) -> DataFrame | None:
+        """The feed read by delta-rs, unless it holds more than ``DRIVER_FEED_RECORDS``."""
+        try:
+            batches = table.load_cdf(starting_version=start, ending_version=end)
+            read: list[pa.RecordBatch] = []
+            for batch in batches:
+                read.append(pa.record_batch(batch))
+                if sum(b.num_rows for b in read) > DRIVER_FEED_RECORDS:
+                    return None
+        except Exception as e:
+            raise self._feed_lost(start, end, e) from None
+        feed = pa.Table.from_batches(read) if read else None
         names = schema.fieldNames()
-        target = arrow_schema(schema)
+        data_types = arrow_schema(schema)
+        if feed is None or feed.num_rows == 0:
+            return conform(local_relation(self.spark, data_types.empty_table(), schema), schema)
         # delta-rs hands out string_view; Spark wants plain strings
-        data = feed.select(names).cast(target)
-        kinds = feed.column(CHANGE_TYPE).cast(pa.string())
-        signs = pa.array([1 if k in INSERTS else -1 for k in kinds.to_pylist()], pa.int64())
-        updates = data.append_column("__sign", signs)
-        if updates.num_rows == 0:
-            return conform(empty_frame(self.spark, schema), schema)
-        df = self.spark.createDataFrame(updates)
-        return conform(df, schema, F.col("__sign"))
+        data = feed.select(names).cast(data_types)
+        kinds = feed.column(CHANGE_TYPE).cast(pa.string()).to_pylist()
+        signs = pa.array([1 if k in INSERTS else -1 for k in kinds], pa.int64())
+        updates = data.append_column(SIGN, signs)
+        signed = StructType([*schema.fields, StructField(SIGN, LongType(), False)])
+        return conform(local_relation(self.spark, updates, signed), schema, F.col(SIGN))
+
+    def _feed_lost(self, start: int, end: int, e: Exception) -> HistoryLost:
+        return HistoryLost(
+            self.pipeline,
+            self.name,
+            f"its change data feed for versions {start}..{end} cannot be read ({_first_line(e)})",
+        )
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:400] if text else type(e).__name__

@@ -1,0 +1,179 @@
+"""Delta tables as Spark users have them: written by delta-spark with deletion vectors
+and column mapping, their change feed on or off. Every view equals plain Spark SQL
+over the same tables after every epoch; a renamed column stops the run, naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+from dd_etl.cli import app
+
+pytestmark = pytest.mark.spark
+
+VIEWS = {
+    "by_customer": "SELECT c.name, COUNT(*) AS orders, SUM(o.amount) AS total "
+    "FROM orders o JOIN customers c ON o.cid = c.cid GROUP BY c.name",
+    "large": "SELECT id, amount FROM orders WHERE amount > 40",
+}
+
+
+def cli(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, (args, result.stdout, result.stderr)
+    return result.stdout + result.stderr
+
+
+def pipeline_file(root: Path) -> Path:
+    views = "\n".join(f"  {name}: {{sql: '{sql}'}}" for name, sql in VIEWS.items())
+    text = textwrap.dedent(
+        """\
+        name: users_delta
+        warehouse: wh
+        spark: {master: "local[2]", conf: {spark.sql.shuffle.partitions: "2"}}
+        sources:
+          orders: {format: delta, path: orders, key: [id]}
+          customers: {format: delta, path: customers, key: [cid]}
+        views:
+        """
+    )
+    path = root / "pipeline.yaml"
+    path.write_text(text + views + "\n")
+    return path
+
+
+def create_tables(spark: SparkSession, root: Path) -> None:
+    """``orders``: deletion vectors and change feed on; ``customers``: deletion vectors
+    and column mapping by name, no change feed (taken in by differencing)."""
+    spark.sql(
+        f"CREATE TABLE delta.`{root / 'orders'}` (id BIGINT, cid BIGINT, amount BIGINT) "
+        "USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+        "'delta.enableChangeDataFeed' = 'true')"
+    )
+    spark.sql(
+        f"CREATE TABLE delta.`{root / 'customers'}` (cid BIGINT, name STRING, region STRING) "
+        "USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+        "'delta.columnMapping.mode' = 'name')"
+    )
+    orders = ", ".join(f"({i}, {i % 6}, {(i * 7) % 50})" for i in range(200))
+    spark.sql(f"INSERT INTO delta.`{root / 'orders'}` VALUES {orders}")
+    customers = ", ".join(f"({c}, 'c{c}', 'r{c % 2}')" for c in range(6))
+    spark.sql(f"INSERT INTO delta.`{root / 'customers'}` VALUES {customers}")
+
+
+def change_tables(spark: SparkSession, root: Path, epoch: int) -> None:
+    """DELETE, UPDATE and MERGE, each written as deletion vectors."""
+    orders, customers = f"delta.`{root / 'orders'}`", f"delta.`{root / 'customers'}`"
+    spark.sql(f"DELETE FROM {orders} WHERE id % 11 = {epoch}")
+    spark.sql(f"UPDATE {orders} SET amount = amount + {epoch} WHERE id % 7 = {epoch}")
+    new = ", ".join(f"({i}, {i % 5}, {(i * epoch) % 60})" for i in range(190 + epoch * 5, 215))
+    spark.sql(
+        f"MERGE INTO {orders} t USING (SELECT * FROM VALUES {new} AS s(id, cid, amount)) s "
+        "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.sql(f"UPDATE {customers} SET name = 'renamed{epoch}' WHERE cid = {epoch}")
+    if epoch == 2:
+        spark.sql(f"DELETE FROM {customers} WHERE cid = 5")
+
+
+def expected(spark: SparkSession, root: Path) -> dict[str, Counter[tuple[Any, ...]]]:
+    for table in ("orders", "customers"):
+        spark.read.format("delta").load(str(root / table)).createOrReplaceTempView(table)
+    return {v: Counter(tuple(r) for r in spark.sql(sql).collect()) for v, sql in VIEWS.items()}
+
+
+def read_view(pipeline: Path, view: str) -> Counter[tuple[Any, ...]]:
+    rows = json.loads(cli("read", str(pipeline), view, "--format", "json"))
+    return Counter(tuple(r.values()) for r in rows)
+
+
+def deletion_vectors(table: Path) -> int:
+    """How many files of ``table``'s log carry a deletion vector descriptor."""
+    found = 0
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            add = json.loads(line).get("add")
+            found += bool(add and add.get("deletionVector"))
+    return found
+
+
+def test_tables_with_deletion_vectors_and_column_mapping_are_sources(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    create_tables(spark, tmp_path)
+    pipeline = pipeline_file(tmp_path)
+    for epoch in range(4):
+        if epoch:
+            change_tables(spark, tmp_path, epoch)
+        cli("run", str(pipeline))
+        want = expected(spark, tmp_path)
+        for view in VIEWS:
+            assert read_view(pipeline, view) == want[view], (view, epoch)
+    assert deletion_vectors(tmp_path / "orders") > 0
+    assert deletion_vectors(tmp_path / "customers") > 0
+
+    # a column added is not part of the source until it is rebuilt: views go on
+    spark.sql(f"ALTER TABLE delta.`{tmp_path / 'orders'}` ADD COLUMN note STRING")
+    spark.sql(f"INSERT INTO delta.`{tmp_path / 'orders'}` VALUES (500, 1, 45, 'new')")
+    cli("run", str(pipeline))
+    assert read_view(pipeline, "large") == expected(spark, tmp_path)["large"]
+
+    # a column renamed under column mapping stops the run, naming the source, the
+    # column and the rebuild to run; nothing is committed
+    customers = f"delta.`{tmp_path / 'customers'}`"
+    spark.sql(f"ALTER TABLE {customers} RENAME COLUMN region TO area")
+    spark.sql(f"UPDATE {customers} SET name = 'after' WHERE cid = 0")
+    before = [s["upper"] for s in json.loads(cli("status", str(pipeline), "--json"))["sources"]]
+    said = cli("run", str(pipeline), code=4)
+    assert "'customers'" in said and "region" in said and "renamed or dropped" in said
+    assert f"dd-etl rebuild {pipeline} --source customers" in " ".join(said.split())
+    after = json.loads(cli("status", str(pipeline), "--json"))["sources"]
+    assert [s["upper"] for s in after] == before
+    # renamed back, the run takes the change in
+    spark.sql(f"ALTER TABLE {customers} RENAME COLUMN area TO region")
+    cli("run", str(pipeline))
+    want = expected(spark, tmp_path)
+    for view in VIEWS:
+        assert read_view(pipeline, view) == want[view], view
+    assert "ok" in cli("verify", str(pipeline))
+
+
+@pytest.mark.slow
+def test_a_run_killed_reading_a_change_feed_through_spark_is_completed_by_the_next(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Column mapping keeps delta-rs from reading the feed: Spark's reader does."""
+    create_tables(spark, tmp_path)
+    spark.sql(
+        f"ALTER TABLE delta.`{tmp_path / 'orders'}` SET TBLPROPERTIES "
+        "('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '3', "
+        "'delta.minWriterVersion' = '7')"
+    )
+    pipeline = pipeline_file(tmp_path)
+    cli("run", str(pipeline))
+    change_tables(spark, tmp_path, 1)
+    killed = subprocess.run(
+        [sys.executable, "-c", "from dd_etl.cli import app; app()", "run", str(pipeline)],
+        env={**os.environ, "DD_ETL_FAILPOINTS": "source.feed_planned=1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    cli("run", str(pipeline))
+    want = expected(spark, tmp_path)
+    for view in VIEWS:
+        assert read_view(pipeline, view) == want[view], view
+    status = json.loads(cli("status", str(pipeline), "--json"))
+    assert [s["upper"] for s in status["sources"]] == [2, 2]
