@@ -28,6 +28,16 @@ INTERNAL_ERROR = 70
 other exception reaching the edge)."""
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (of the Java exception, for an error from
+    the JVM), at most 400 characters: Spark's errors go on with plans and traces."""
+    text = str(getattr(e, "java_exception", None) or e).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:400]
+    return type(e).__name__
+
+
 class DdEtlError(Exception):
     """Base of every error dd_etl raises: subclasses set ``exit_code`` to their kind.
 

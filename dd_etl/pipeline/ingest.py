@@ -20,7 +20,7 @@ from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
-from dd_etl.errors import HistoryLost, PipelineError, SourceError
+from dd_etl.errors import HistoryLost, PipelineError, SourceError, first_line
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.progress import Progress
@@ -157,17 +157,7 @@ def _taken_in(pipeline: str, name: str) -> Iterator[None]:
     try:
         yield
     except _SPARK_ERRORS as e:
-        said = _first_line(e)
+        said = first_line(e)
         if any(sign in said for sign in _FILE_GONE):
             raise HistoryLost(pipeline, name, f"a file it had not read is gone ({said})") from e
         raise SourceError(name, f"its new data cannot be taken in: {said}") from e
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    if isinstance(e, Py4JJavaError):
-        text = str(e.java_exception)
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:400]
-    return type(e).__name__

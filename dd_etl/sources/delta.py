@@ -7,10 +7,10 @@ table recreated at a lower version) is lost history: the run stops rather than
 skip changes.
 
 Spark's Delta reader reads the table (snapshots and change feeds alike), so
-every table delta-spark writes is a source, whatever its features (deletion
-vectors, column mapping, type widening, row tracking, clustering), and an
-interval's rows never pass through the driver. delta-rs answers what needs no
-Spark: the table's version, schema and settings. One shortcut: the change feed
+tables with deletion vectors or column mapping are sources, and an interval's
+rows never pass through the driver. delta-rs answers what needs no Spark: the
+table's version, schema and settings (a table delta-rs cannot open, for reader
+features it lacks, is refused with delta-rs's error). One shortcut: the change feed
 of a small interval, on a table whose features delta-rs reads, is read by
 delta-rs into the driver and handed to Spark as a local relation, with no file
 listing or scan set-up; it reads at most ``DRIVER_FEED_RECORDS`` rows, and a
@@ -28,7 +28,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.arrow_schema import arrow_schema
-from dd_etl.errors import HistoryLost, SourceError
+from dd_etl.errors import HistoryLost, SourceError, first_line
 from dd_etl.failpoints import failpoint
 from dd_etl.local_relations import local_relation
 from dd_etl.runtime.sizing import SMALL_INTERVAL_RECORDS
@@ -193,17 +193,19 @@ class DeltaSource:
         try:
             batches = table.load_cdf(starting_version=start, ending_version=end)
             read: list[pa.RecordBatch] = []
+            rows = 0
             for batch in batches:
                 read.append(pa.record_batch(batch))
-                if sum(b.num_rows for b in read) > DRIVER_FEED_RECORDS:
+                rows += read[-1].num_rows
+                if rows > DRIVER_FEED_RECORDS:
                     return None
         except Exception as e:
             raise self._feed_lost(start, end, e) from None
-        feed = pa.Table.from_batches(read) if read else None
         names = schema.fieldNames()
         data_types = arrow_schema(schema)
-        if feed is None or feed.num_rows == 0:
+        if rows == 0:
             return conform(local_relation(self.spark, data_types.empty_table(), schema), schema)
+        feed = pa.Table.from_batches(read)
         # delta-rs hands out string_view; Spark wants plain strings
         data = feed.select(names).cast(data_types)
         kinds = feed.column(CHANGE_TYPE).cast(pa.string()).to_pylist()
@@ -216,10 +218,5 @@ class DeltaSource:
         return HistoryLost(
             self.pipeline,
             self.name,
-            f"its change data feed for versions {start}..{end} cannot be read ({_first_line(e)})",
+            f"its change data feed for versions {start}..{end} cannot be read ({first_line(e)})",
         )
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:400] if text else type(e).__name__

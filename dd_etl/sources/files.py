@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from dd_etl.errors import HistoryLost, SourceError
+from dd_etl.errors import HistoryLost, SourceError, first_line
 from dd_etl.local_relations import empty_frame
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
@@ -167,7 +167,7 @@ class FileSource:
                 return reader.csv(paths)
             return reader.json(paths)
         except PySparkException as e:
-            raise SourceError(self.name, f"cannot read {files[:3]}: {_first_line(e)}") from None
+            raise SourceError(self.name, f"cannot read {files[:3]}: {first_line(e)}") from None
 
     def _updates(self, files: list[str], schema: StructType) -> DataFrame:
         """The files' rows as updates of ``schema``: columns matched by name and cast
@@ -212,7 +212,3 @@ def footer_schema(path: str) -> StructType | None:
         return None
     inferred = from_arrow_schema(schema)
     return StructType([StructField(f.name, f.dataType, True) for f in inferred.fields])
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
+from dd_etl.errors import first_line
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.plan.sql.coercion import common_type
 from dd_etl.plan.sql.errors import Located, SqlError
@@ -284,7 +285,7 @@ class Compiler:
         except SqlError:
             raise
         except PlanError as e:  # Spark rejects the translated expression
-            raise self.loc.error(f"Spark cannot evaluate it: {_first_line(e)}", cond) from e
+            raise self.loc.error(f"Spark cannot evaluate it: {_message(e)}", cond) from e
 
     def project(self, rel: Rel, named: dict[str, str], items: list[exp.Expr]) -> Collection:
         """The projection; if Spark rejects it, an error at the first projection it rejects."""
@@ -296,9 +297,9 @@ class Compiler:
                     rel.coll.select(**{column: text})
                 except PlanError as one:
                     raise self.loc.error(
-                        f"Spark cannot evaluate it: {_first_line(one)}", item
+                        f"Spark cannot evaluate it: {_message(one)}", item
                     ) from one
-            raise self.loc.error(f"Spark cannot evaluate the projection: {_first_line(e)}") from e
+            raise self.loc.error(f"Spark cannot evaluate the projection: {_message(e)}") from e
 
     # ------------------------------------------------------- ORDER BY / LIMIT
 
@@ -402,8 +403,8 @@ class Compiler:
         return cast(left), cast(right)
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).splitlines()[0].split(" SQLSTATE")[0]
+def _message(e: Exception) -> str:
+    return first_line(e).split(" SQLSTATE")[0]
 
 
 def _typed(t: DataType) -> DataType:
