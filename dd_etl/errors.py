@@ -101,6 +101,16 @@ class SourceError(PipelineError):
         super().__init__(f"source {source!r}: {reason}. Nothing was committed.")
 
 
+class SinkError(PipelineError):
+    """A sink's table is not dd_etl's to write: nothing was committed to it."""
+
+    def __init__(self, view: str, kind: str, path: str, reason: str) -> None:
+        self.view = view
+        super().__init__(
+            f"view {view!r}: the `{kind}:` table at {path} {reason}. Nothing was committed."
+        )
+
+
 class HistoryLost(PipelineError):
     """A source was rewritten so that the changes since the last run cannot be read."""
 

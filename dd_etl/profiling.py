@@ -69,6 +69,9 @@ class RunProfile:
     bytes_read: int = 0
     bytes_written: int = 0
     """In all, as ``Cost`` counts them per trace."""
+    sinks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per sink the run committed to: what its commit wrote (``SinkWrite``: the
+    operation, rows added and removed, bytes of data files added)."""
     jvm_compiling: float | None = None
     """Seconds the driver JVM's JIT compilers worked during the run, summed over
     their threads (None where the JVM does not tell). Not a phase of the run: it
@@ -96,6 +99,12 @@ class RunProfile:
         ]
         if self.layers:
             out.append(f"  layers: {', '.join(self.layers)}")
+        for name, w in self.sinks.items():
+            out.append(
+                f"  sink {name}: {w['operation']} +{w['rows_added']} -{w['rows_removed']} rows"
+                f"{' (replacing all)' if w['replaced'] else ''}, {_mb(w['bytes_added'])} "
+                f"written (table version {w['version']})"
+            )
         ranked = sorted(self.traces.items(), key=lambda kv: (-kv[1].seconds, kv[0]))
         width = max((len(name) for name in self.traces), default=0)
         for name, c in ranked:

@@ -26,7 +26,8 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
@@ -152,6 +153,22 @@ def session(
     if archive is not None:
         keep_at_exit(archive, getattr(SparkContext._gateway, "proc", None), spark.stop)
     return spark
+
+
+@contextmanager
+def conf_applied(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """The session's SQL settings ``conf`` for the block, restored after."""
+    saved: dict[str, str | None] = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, before in saved.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
 
 
 def running_settings() -> Settings | None:

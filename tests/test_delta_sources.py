@@ -9,8 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from tests.support.delta_pipelines import delta_pipeline
 
 pytestmark = pytest.mark.spark
 
@@ -36,21 +37,8 @@ def cli(*args: str, code: int = 0) -> str:
 
 
 def pipeline_file(root: Path) -> Path:
-    views = "\n".join(f"  {name}: {{sql: '{sql}'}}" for name, sql in VIEWS.items())
-    text = textwrap.dedent(
-        """\
-        name: users_delta
-        warehouse: wh
-        spark: {master: "local[2]", conf: {spark.sql.shuffle.partitions: "2"}}
-        sources:
-          orders: {format: delta, path: orders, key: [id]}
-          customers: {format: delta, path: customers, key: [cid]}
-        views:
-        """
-    )
-    path = root / "pipeline.yaml"
-    path.write_text(text + views + "\n")
-    return path
+    sources = {"orders": "id", "customers": "cid"}
+    return delta_pipeline(root, "users_delta", sources, VIEWS, materialize=False)
 
 
 def create_tables(spark: SparkSession, root: Path) -> None:
@@ -177,3 +165,88 @@ def test_a_run_killed_reading_a_change_feed_through_spark_is_completed_by_the_ne
         assert read_view(pipeline, view) == want[view], view
     status = json.loads(cli("status", str(pipeline), "--json"))
     assert [s["upper"] for s in status["sources"]] == [2, 2]
+
+
+NEWER = {
+    "by_kind": "SELECT kind, COUNT(*) AS n, MAX(at) AS latest FROM events GROUP BY kind",
+    "joined": "SELECT e.id, e.kind, a.v FROM events e JOIN amounts a ON e.id = a.id",
+}
+
+
+def newer_pipeline(root: Path) -> Path:
+    sources = {"events": "id", "amounts": "id"}
+    return delta_pipeline(root, "newer_delta", sources, NEWER, materialize=False)
+
+
+def newer_expected(spark: SparkSession, root: Path) -> dict[str, Counter[tuple[Any, ...]]]:
+    for table in ("events", "amounts"):
+        spark.read.format("delta").load(str(root / table)).createOrReplaceTempView(table)
+
+    def plain(value: Any) -> Any:  # as `read --format json` writes it
+        return value.isoformat() if isinstance(value, datetime) else value
+
+    return {
+        v: Counter(tuple(plain(x) for x in r) for r in spark.sql(sql).collect())
+        for v, sql in NEWER.items()
+    }
+
+
+def test_tables_with_newer_features_are_sources(spark: SparkSession, tmp_path: Path) -> None:
+    """Row tracking, liquid clustering, v2 checkpoints, in-commit timestamps and a
+    timestampNtz column on one table; type widening on another: a widened column
+    stops the run, naming it and the rebuild, after which the source is taken in
+    with its new type."""
+    events, amounts = f"delta.`{tmp_path / 'events'}`", f"delta.`{tmp_path / 'amounts'}`"
+    spark.sql(
+        f"CREATE TABLE {events} (id BIGINT, kind STRING, at TIMESTAMP_NTZ) USING delta "
+        "CLUSTER BY (kind) TBLPROPERTIES ('delta.enableRowTracking' = 'true', "
+        "'delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2', "
+        "'delta.enableInCommitTimestamps' = 'true', 'delta.enableChangeDataFeed' = 'true', "
+        "'delta.enableDeletionVectors' = 'true')"
+    )
+    spark.sql(
+        f"CREATE TABLE {amounts} (id BIGINT, v SMALLINT) USING delta TBLPROPERTIES "
+        "('delta.enableTypeWidening' = 'true', 'delta.enableChangeDataFeed' = 'true')"
+    )
+    at = "TIMESTAMP_NTZ '2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, id, 0, 0)"
+    spark.sql(f"INSERT INTO {events} SELECT id, concat('k', id % 4), {at} FROM range(60)")
+    spark.sql(f"INSERT INTO {amounts} SELECT id, CAST(id * 3 AS SMALLINT) FROM range(0, 60, 2)")
+    pipeline = newer_pipeline(tmp_path)
+    for epoch in range(3):
+        if epoch:
+            spark.sql(f"DELETE FROM {events} WHERE id % 9 = {epoch}")
+            spark.sql(f"UPDATE {events} SET kind = 'moved' WHERE id % 7 = {epoch}")
+            spark.sql(
+                f"MERGE INTO {events} t USING (SELECT id, 'merged' AS kind, {at} AS at "
+                f"FROM range({50 + epoch * 10}, {70 + epoch * 10})) s ON t.id = s.id "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+            spark.sql(f"UPDATE {amounts} SET v = v + 1 WHERE id % 4 = {epoch}")
+        cli("run", str(pipeline))
+        want = newer_expected(spark, tmp_path)
+        for view in NEWER:
+            assert read_view(pipeline, view) == want[view], (view, epoch)
+    protocol = json.loads(
+        next(
+            line
+            for f in sorted((tmp_path / "events" / "_delta_log").glob("*.json"))
+            for line in f.read_text().splitlines()
+            if '"protocol"' in line
+        )
+    )["protocol"]
+    for feature in ("rowTracking", "clustering", "v2Checkpoint", "inCommitTimestamp"):
+        assert feature in protocol["writerFeatures"], feature
+    assert list((tmp_path / "events" / "_delta_log").glob("*.checkpoint.*"))
+
+    # a widened column is lost history until the source is taken in again
+    spark.sql(f"ALTER TABLE {amounts} ALTER COLUMN v TYPE INT")
+    spark.sql(f"INSERT INTO {amounts} VALUES (2, 100000)")
+    said = cli("run", str(pipeline), code=4)
+    assert "'amounts'" in said and "v (smallint → int)" in said
+    assert f"dd-etl rebuild {pipeline} --source amounts" in " ".join(said.split())
+    cli("rebuild", str(pipeline), "--source", "amounts")
+    cli("run", str(pipeline))
+    want = newer_expected(spark, tmp_path)
+    for view in NEWER:
+        assert read_view(pipeline, view) == want[view], view
+    assert "ok" in cli("verify", str(pipeline))

@@ -88,6 +88,7 @@ def view_metadata(
         "trace batches": dg.MetadataValue.json(traces),
         "spark seconds": round(seconds, 2),
         **_cost(profile, traces),
+        **_sink_writes(profile, view),
         "dagster/row_count": trace.size(),
         "preview": dg.MetadataValue.md(markdown_table(columns, preview)),
     }
@@ -124,6 +125,17 @@ def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]
             }
         ),
     }
+
+
+def _sink_writes(profile: RunProfile | None, view: str) -> dict[str, Any]:
+    """What the view's sinks' commits wrote in this run: rows added and removed,
+    bytes of files added, per sink."""
+    mine = (
+        {}
+        if profile is None
+        else {name: w for name, w in profile.sinks.items() if name.startswith(f"{view} (")}
+    )
+    return {"sink writes": dg.MetadataValue.json(mine)} if mine else {}
 
 
 def markdown_table(columns: list[str], rows: list[Any]) -> str:

@@ -1,8 +1,9 @@
 """Where a pipeline stands, read from the Delta logs of its traces (no Spark job).
 
 Per source: frontiers, batches, records, what its last epoch covered and how far
-the source has moved on since. Per view: frontiers, batches, records, and lag
-(epochs the sources have that the view has not computed yet). Plus the last tick.
+the source has moved on since. Per view: frontiers, batches, records, lag
+(epochs the sources have that the view has not computed yet), and per sink the
+epoch it holds and what that epoch's commit wrote. Plus the last tick.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class TraceStatus:
     records: int = 0
     lag: str = ""
     position: Any = None
-    sinks: dict[str, int | None] = field(default_factory=dict)
+    sinks: dict[str, int | None] = field(default_factory=dict)  # epoch each sink holds
+    sink_writes: dict[str, Any] = field(default_factory=dict)  # its last epoch's commit
 
 
 @dataclass
@@ -94,8 +96,11 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
             )
         for kind, sink in (("materialize", view.materialize), ("changes", view.changes)):
             if sink is not None:
-                app = f"dd_etl/{config.name}/{name}/{kind}"
-                st.sinks[kind] = SinkTable(loaded.resolve(sink.path), app).epoch()
+                table = SinkTable(loaded.resolve(sink.path), config.name, name, kind)
+                st.sinks[kind] = table.epoch()
+                written = table.last_write()
+                if written is not None:
+                    st.sink_writes[kind] = asdict(written)
         views.append(st)
     internal = 0
     internal_records = 0

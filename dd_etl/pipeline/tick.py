@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from dd_etl.errors import NeedsRebuild
 from dd_etl.failpoints import failpoint
@@ -35,7 +35,7 @@ from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import PlanChanged
 from dd_etl.runtime.sizing import SMALL, for_records
-from dd_etl.sinks.delta_table import SinkCommit, commit_together
+from dd_etl.sinks.delta_table import EpochCommit, SinkWrite, commit_together
 from dd_etl.sources.base import Capture
 from dd_etl.spark import command_movable
 from dd_etl.trace.placement import Placement
@@ -49,6 +49,7 @@ class TickReport:
     views: dict[str, int] = field(default_factory=dict)
     refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views that computed
     sinks: dict[str, str] = field(default_factory=dict)
+    sink_writes: dict[str, SinkWrite] = field(default_factory=dict)  # the sinks committed
     seconds: float = 0.0
     complete: bool = False  # every source, view and sink has the epoch
     profile: RunProfile | None = None  # Spark jobs and seconds, per trace and phase
@@ -104,6 +105,11 @@ def tick_holding_lock(
         rt.check_plans()
     except PlanChanged as e:  # the pipeline knows the command that resolves it
         raise NeedsRebuild(f"{e}: `dd-etl rebuild {pipeline.file} {e.view}`.") from e
+    chosen = list(pipeline.flow.views) if views is None else list(views)
+    for view in chosen:  # before anything is committed
+        for sink in (pipeline.materialized(view), pipeline.change_feed(view)):
+            if sink is not None:
+                sink.table.check_ours()
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed)
     profiler = Profiler(rt.spark)
@@ -111,7 +117,6 @@ def tick_holding_lock(
         names = list(pipeline.flow.sources if sources is None else sources)
         report.sources = ingest(pipeline, names, epoch, limit, captures, progress, profiler)
         failpoint("tick.sources_appended")
-        chosen = list(pipeline.flow.views) if views is None else list(views)
         if chosen:
             progress("run", "", 0.0)
             report.refresh = rt.choose_refresh(chosen)
@@ -126,10 +131,13 @@ def tick_holding_lock(
         # a view waits for every source it reads to take the epoch in
         nodes = pipeline.flow.views
         computed = [v for v in chosen if epoch_of(rt.trace(nodes[v]).state.upper) > epoch]
-        report.sinks.update(sync_sinks(pipeline, computed, epoch, progress, profiler))
+        writes = sync_sinks(pipeline, computed, epoch, progress, profiler)
+        report.sinks.update({name: _said(w) for name, w in writes.items()})
+        report.sink_writes = {name: w for name, w in writes.items() if w is not None}
         failpoint("tick.sinks_committed")
     command_movable(False)  # starting the command over would run this tick again
     report.profile = profiler.result()
+    report.profile.sinks = {name: asdict(w) for name, w in report.sink_writes.items()}
     record_profile(pipeline.warehouse, epoch, report.profile)
     report.seconds = time.time() - started
     report.complete = epoch_complete(pipeline, epoch)
@@ -143,50 +151,54 @@ def tick_holding_lock(
 
 def sync_sinks(
     pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, profiler: Profiler
-) -> dict[str, str]:
-    """Commit ``epoch`` to the sinks of ``views`` (once: a repeat says so). One Spark
-    job computes the rows of the sinks of all views of a small interval's size,
-    and the driver writes them; a larger view's are written by Spark, sized for
-    it."""
+) -> dict[str, SinkWrite | None]:
+    """Commit ``epoch`` to the sinks of ``views``: per sink, what it wrote (None: it
+    had the epoch already). One Spark job computes the rows of the sinks of all
+    views of a small interval's size, and the driver writes them; a larger
+    view's are written by Spark, sized for it."""
     rt = pipeline.runtime
     sizings = {v: for_records(rt.trace(pipeline.flow.views[v]).state.records) for v in views}
     small = [v for v in views if sizings[v].driver_rows]
-    said: dict[str, str] = {}
+    writes: dict[str, SinkWrite | None] = {}
     if small:
         with profiler.trace("sinks"), phase(SINKS), rt.sized(SMALL):
-            said |= _commit(pipeline, small, epoch, progress, SMALL.placement)
+            writes |= _commit(pipeline, small, epoch, progress, SMALL.placement)
     for view in (v for v in views if v not in small):
         with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(sizings[view]):
-            said |= _commit(pipeline, [view], epoch, progress, sizings[view].placement)
-    return said
+            writes |= _commit(pipeline, [view], epoch, progress, sizings[view].placement)
+    return writes
+
+
+def _said(write: SinkWrite | None) -> str:
+    return "already there" if write is None else "committed"
 
 
 def _commit(
     pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, placement: Placement
-) -> dict[str, str]:
+) -> dict[str, SinkWrite | None]:
     """Commit ``epoch`` to the sinks of ``views``, read as ``placement`` says; in the
     driver's, their rows computed by one Spark job (``commit_together``)."""
-    together = placement.driver
     planned = {v: _sinks(pipeline, v, epoch, placement) for v in views}
     for view in (v for v, sinks in planned.items() if sinks):
         progress(f"sink:{view}", "", 0.0)
     commits = [c for sinks in planned.values() for _, c in sinks if c is not None]
-    wrote = iter(commit_together(commits) if together else [c.commit() for c in commits])
-    said: dict[str, str] = {}
+    done = commit_together(commits) if placement.driver else [c.commit() for c in commits]
+    wrote = iter(done)
+    writes: dict[str, SinkWrite | None] = {}
     for view, sinks in planned.items():
         for name, commit in sinks:
-            said[name] = "committed" if commit is not None and next(wrote) else "already there"
+            writes[name] = None if commit is None else next(wrote)
         if sinks:
-            done = [said[name] for name, _ in sinks]
-            progress(f"sink:{view}", "committed" if "committed" in done else "already there")
-    return said
+            said = [_said(writes[name]) for name, _ in sinks]
+            progress(f"sink:{view}", "committed" if "committed" in said else "already there")
+    return writes
 
 
 def _sinks(
     pipeline: Pipeline, view: str, epoch: int, placement: Placement
-) -> list[tuple[str, SinkCommit | None]]:
+) -> list[tuple[str, EpochCommit | None]]:
     """The view's sinks, by name, with the commit each needs (None: none)."""
-    planned: list[tuple[str, SinkCommit | None]] = []
+    planned: list[tuple[str, EpochCommit | None]] = []
     table = pipeline.materialized(view)
     if table is not None:
         changed = may_have_changed(pipeline, view, epoch)

@@ -306,14 +306,21 @@ class Runtime:
 
     # ---------------------------------------------------------------- reading
 
-    def read(self, view: str, as_of: int | None = None, placement: Placement = BULK) -> DataFrame:
+    def read(
+        self,
+        view: str,
+        as_of: int | None = None,
+        placement: Placement = BULK,
+        rows: DataFrame | None = None,
+    ) -> DataFrame:
         """The view's rows at epoch ``as_of`` (default: latest), with bag semantics:
-        each row repeated by its multiplicity, read as ``placement`` says. A negative
-        one (a broken trace) fails the query that reads it, in its own Spark job
-        rather than one more."""
+        each row repeated by its multiplicity, read as ``placement`` says; only those
+        equal to one of ``rows`` when given (a look-up by the trace's key, the whole
+        row). A negative multiplicity (a broken trace) fails the query that reads
+        it, in its own Spark job rather than one more."""
         trace = self._view_trace(view)
         at = None if as_of is None else (as_of,)
-        acc = trace.read_at(at, placement=placement)
+        acc = trace.read_at(at, keys=rows, placement=placement)
         data = [c for c in acc.columns if c != DIFF]
         broken = F.lit(f"view {view!r} has a negative multiplicity: ")
         row = F.to_json(F.struct(*data, DIFF))

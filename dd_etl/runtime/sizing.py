@@ -34,12 +34,13 @@ job, not a dozen.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from dd_etl.spark import conf_applied
 from dd_etl.trace.placement import BULK, DRIVER, LOOKUPS, Placement
 
 SMALL_INTERVAL_RECORDS = 20_000
@@ -165,19 +166,8 @@ def for_bytes(estimated: int) -> Sizing:
     return SMALL if estimated <= SMALL_INTERVAL_BYTES else LARGE
 
 
-@contextmanager
-def applied(spark: SparkSession, sizing: Sizing) -> Iterator[None]:
+def applied(spark: SparkSession, sizing: Sizing) -> AbstractContextManager[None]:
     """The session's SQL settings as ``sizing`` wants them for the block, restored
     after. (They are read when a query is planned, so concurrent runs in one
     session must share a sizing.)"""
-    saved: dict[str, str | None] = {key: spark.conf.get(key, None) for key in sizing.conf}
-    for key, value in sizing.conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, before in saved.items():
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)
+    return conf_applied(spark, sizing.conf)

@@ -33,7 +33,7 @@ class ChangeFeed:
             ]
         )
         self.columns = node.columns
-        self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/changes", schema)
+        self.table = SinkTable(uri, pipeline, view, "changes", schema)
 
     def plan(self, epoch: int, placement: Placement = BULK) -> SinkCommit | None:
         """The commit of the view's changes up to ``epoch`` (None: there already),

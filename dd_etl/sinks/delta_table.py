@@ -1,21 +1,26 @@
 """A plain Delta table that dd_etl writes, one atomic commit per epoch.
 
-The epoch's parquet files go into a fresh directory per attempt, so a crashed
-attempt's files are never referenced; delta-rs commits them together with the
-application transaction ``(dd_etl/<pipeline>/<view>/<kind>, epoch)``. Before
-writing, the table's transaction version tells whether the epoch is already in:
-a re-run never writes an epoch twice. Spark writes the files, or the driver
-writes rows Spark computed into its hands (``SinkCommit``): one Spark job then
-computes the rows of every small sink of a tick, as for a layer's batches.
+Every commit carries the application transaction ``(dd_etl/<pipeline>/<view>/<kind>,
+epoch)``; before writing, the table's transaction version tells whether the epoch
+is in already, so a re-run never writes an epoch twice.
+
+Here delta-rs commits: the epoch's parquet files go into a fresh directory per
+attempt, so a crashed attempt's files are never referenced. Spark writes the
+files, or the driver writes rows Spark computed into its hands (``SinkCommit``):
+one Spark job then computes the rows of every small sink of a tick, as for a
+layer's batches. A materialized table that needs deletion vectors is Spark's
+from then on (``spark_commit.py``, ``SinkTable.spark_owned``).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,49 +30,173 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.errors import SinkError
 from dd_etl.failpoints import failpoint
-from dd_etl.profiling import SPARK, phase
+from dd_etl.profiling import SPARK, count_bytes, phase
 from dd_etl.trace.arrow_files import collect_each, write_files
 from dd_etl.trace.spark_files import ROWS_PER_FILE
 
 EPOCH_META = "dd_etl.epoch"
+ADDED_META = "dd_etl.rows_added"
+REMOVED_META = "dd_etl.rows_removed"
+BYTES_META = "dd_etl.bytes_added"
+REPLACED_META = "dd_etl.replaced"
+HISTORY_SEARCHED = 100
+"""Commits looked through, newest first, for dd_etl's last one."""
+
+
+@dataclass(frozen=True)
+class SinkWrite:
+    """What one epoch's commit did to a sink table, as its Delta log tells."""
+
+    epoch: int
+    version: int  # the table's Delta version that holds the epoch
+    operation: str  # WRITE (delta-rs, or Spark appending), MERGE (Spark)
+    rows_added: int
+    rows_removed: int  # by deletion vectors (MERGE) or with the files removed (delta-rs)
+    bytes_added: int  # of the data files added
+    replaced: bool  # the commit put its rows in place of all the table's
+
+    @staticmethod
+    def from_commit(info: Mapping[str, Any], epoch: int) -> SinkWrite:
+        """The write a commit's ``commitInfo`` records: dd_etl's own metadata for
+        delta-rs commits, Delta's operation metrics for Spark's."""
+        metrics = {k: int(v) for k, v in (info.get("operationMetrics") or {}).items()}
+        parameters = info.get("operationParameters") or {}
+        replaced = parameters.get("mode") == "Overwrite" or info.get(REPLACED_META) == "true"
+        if ADDED_META in info:
+            added, removed, size = (int(info[k]) for k in (ADDED_META, REMOVED_META, BYTES_META))
+        elif info.get("operation") == "MERGE":
+            added = metrics.get("numTargetRowsInserted", 0)
+            removed = metrics.get("numTargetRowsDeleted", 0)
+            size = metrics.get("numTargetBytesAdded", 0)
+        else:  # Spark's WRITE does not count the rows an overwrite removes
+            added, removed = metrics.get("numOutputRows", 0), 0
+            size = metrics.get("numOutputBytes", 0)
+        op = str(info.get("operation", ""))
+        return SinkWrite(epoch, int(info["version"]), op, added, removed, size, replaced)
+
+
+MAINTENANCE = frozenset(
+    {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "REORG"}
+)
+"""Operations another writer may commit to a sink table: they leave its rows as they are."""
 
 
 class SinkTable:
-    def __init__(self, uri: str, app_id: str, schema: StructType | None = None) -> None:
+    """The sink ``kind`` (``materialize`` or ``changes``) of ``view`` in ``pipeline``."""
+
+    def __init__(
+        self, uri: str, pipeline: str, view: str, kind: str, schema: StructType | None = None
+    ) -> None:
         self.uri = uri
-        self.app_id = app_id
+        self.view = view
+        self.kind = kind
+        self.app_id = f"dd_etl/{pipeline}/{view}/{kind}"
         self.schema = schema
+
+    @property
+    def _marker(self) -> str:
+        """The description of a table dd_etl created, before its first epoch."""
+        return f"{self.app_id} (written by dd_etl)"
 
     def open(self) -> DeltaTable:
         """The table, created empty with the view's columns if it does not exist yet."""
-        if not DeltaTable.is_deltatable(self.uri):
+        if not self.exists():
             assert self.schema is not None, "creating a sink table needs its schema"
             Path(self.uri).mkdir(parents=True, exist_ok=True)
             DeltaTable.create(
-                self.uri, arrow_schema(self.schema), mode="ignore", name=Path(self.uri).name
+                self.uri,
+                arrow_schema(self.schema),
+                mode="ignore",
+                name=Path(self.uri).name,
+                description=self._marker,
             )
         return DeltaTable(self.uri)
 
+    def exists(self) -> bool:
+        return DeltaTable.is_deltatable(self.uri)
+
     def epoch(self) -> int | None:
         """The last epoch committed to the table, None if none."""
-        if not DeltaTable.is_deltatable(self.uri):
+        if not self.exists():
             return None
         version = DeltaTable(self.uri).transaction_version(self.app_id)
         return None if version is None else int(version)
 
+    def spark_owned(self) -> bool:
+        """Whether Spark commits the table: it has deletion vectors, which Spark
+        wrote and delta-rs can neither write nor name in the files it removes."""
+        if not self.exists():
+            return False
+        features = DeltaTable(self.uri).protocol().writer_features or []
+        return "deletionVectors" in features
+
+    def last_write(self) -> SinkWrite | None:
+        """The last epoch's commit, read from the table's log (no Spark job)."""
+        found = self._last_commit()
+        return None if found is None else SinkWrite.from_commit(found[0], found[1])
+
+    def last_meta(self) -> dict[str, str]:
+        """The metadata dd_etl recorded with the last epoch's commit."""
+        found = self._last_commit()
+        return {} if found is None else commit_meta(found[0])
+
+    def _last_commit(self) -> tuple[dict[str, Any], int] | None:
+        epoch = self.epoch()
+        if epoch is None:
+            return None
+        for info in DeltaTable(self.uri).history(HISTORY_SEARCHED):
+            if committed_epoch(info) == epoch:
+                return info, epoch
+        return None
+
+    def check_ours(self) -> None:
+        """Refuse a table dd_etl did not create, or one another writer changed the rows
+        of since dd_etl's last commit: dd_etl would silently undo or build on them."""
+        if not self.exists():
+            return
+        table = DeltaTable(self.uri)
+        if table.transaction_version(self.app_id) is None:
+            if table.metadata().description != self._marker:
+                raise SinkError(
+                    self.view,
+                    self.kind,
+                    self.uri,
+                    "holds a Delta table dd_etl did not create; point the sink at a new "
+                    "path, or move that table away",
+                )
+            return
+        for info in table.history(HISTORY_SEARCHED):
+            if committed_epoch(info) is not None:
+                return  # dd_etl's last commit: nothing foreign after it
+            operation = str(info.get("operation", ""))
+            if operation not in MAINTENANCE:
+                raise SinkError(
+                    self.view,
+                    self.kind,
+                    self.uri,
+                    f"was written by another writer after dd_etl's last commit (version "
+                    f"{info['version']}: {operation}); move the table away or delete it, and "
+                    "the next run writes it again whole",
+                )
+
     def commit(
         self, epoch: int, rows: DataFrame | pa.Table | None, replace: bool, meta: dict[str, str]
-    ) -> bool:
+    ) -> SinkWrite | None:
         """Add ``rows`` as the table's data of ``epoch`` (replacing all current data if
-        ``replace``), in one commit; False if the epoch was committed before."""
+        ``replace``), in one commit; None if the epoch was committed before."""
         table = self.open()
         done = table.transaction_version(self.app_id)
         if done is not None and done >= epoch:
-            return False
-        adds = [] if rows is None else self._write(rows, f"epoch={epoch}-{uuid.uuid4().hex[:8]}")
+            return None
+        adds: list[AddAction] = []
+        added = 0
+        if rows is not None:
+            adds, added = self._write(rows, f"epoch={epoch}-{uuid.uuid4().hex[:8]}")
         failpoint("sink.files_written")
         removes: list[RemoveAction] = []
+        removed = 0
         now = int(time.time() * 1000)
         if replace:
             current = pa.table(table.get_add_actions(flatten=True)).to_pydict()
@@ -75,30 +204,62 @@ class SinkTable:
                 RemoveAction(p, True, now, int(s))
                 for p, s in zip(current.get("path", []), current.get("size_bytes", []), strict=True)
             ]
+            removed = sum(int(r or 0) for r in current.get("num_records", []))
+        size = sum(a.size for a in adds)
+        written = {
+            ADDED_META: str(added),
+            REMOVED_META: str(removed),
+            BYTES_META: str(size),
+            REPLACED_META: str(replace).lower(),
+        }
         properties = CommitProperties(
             app_transactions=[Transaction(self.app_id, epoch)],
-            custom_metadata={EPOCH_META: str(epoch), **meta},
+            custom_metadata={EPOCH_META: str(epoch), **meta, **written},
         )
         actions: Sequence[AddAction | RemoveAction] = [*adds, *removes]
         table.create_write_transaction(
             list(actions), "append", table.schema(), commit_properties=properties
         )
-        return True
+        count_bytes(written=size)
+        table.update_incremental()
+        return SinkWrite(epoch, table.version(), "WRITE", added, removed, size, replace)
 
-    def _write(self, rows: DataFrame | pa.Table, directory: str) -> list[AddAction]:
+    def _write(self, rows: DataFrame | pa.Table, directory: str) -> tuple[list[AddAction], int]:
+        """Parquet files of ``rows`` in ``directory``, as actions adding them, and
+        their row count. Spark writes a DataFrame's partitions in parallel."""
         target = Path(self.uri) / directory
         if isinstance(rows, pa.Table):
             write_files(self.uri, directory, rows, ROWS_PER_FILE)  # the attempt's own directory
         else:
-            rows.coalesce(1).write.mode("errorifexists").parquet(str(target))
+            writer = rows.write.option("maxRecordsPerFile", ROWS_PER_FILE)
+            writer.mode("errorifexists").parquet(str(target))
         now = int(time.time() * 1000)
         adds = []
+        total = 0
         for f in sorted(target.glob("*.parquet")):
             records = pq.read_metadata(f).num_rows
+            total += records
             stats = f'{{"numRecords":{records}}}'
             rel = f"{directory}/{f.name}"
             adds.append(AddAction(rel, f.stat().st_size, {}, now, True, stats))
-        return adds
+        return adds, total
+
+
+def committed_epoch(info: Mapping[str, Any]) -> int | None:
+    """The epoch a sink commit holds, None for a commit dd_etl did not make."""
+    epoch = commit_meta(info).get(EPOCH_META)
+    return None if epoch is None else int(epoch)
+
+
+def commit_meta(info: Mapping[str, Any]) -> dict[str, str]:
+    """What dd_etl recorded with a sink commit, from its ``commitInfo``: delta-rs
+    commits carry it as fields of their own, Spark's in ``userMetadata`` (JSON)."""
+    user = info.get("userMetadata")
+    if isinstance(user, str) and user.startswith("{"):
+        recorded = json.loads(user)
+        if isinstance(recorded, dict) and EPOCH_META in recorded:
+            return {str(k): str(v) for k, v in recorded.items()}
+    return {k: str(v) for k, v in info.items() if k.startswith("dd_etl.")}
 
 
 @dataclass(frozen=True)
@@ -112,9 +273,9 @@ class SinkCommit:
     replace: bool
     meta: dict[str, str]
 
-    def commit(self, collected: pa.Table | None = None) -> bool:
+    def commit(self, collected: pa.Table | None = None) -> SinkWrite | None:
         """Commit the epoch, its rows as the driver ``collected`` them when given,
-        else written by Spark; False if the epoch was committed before."""
+        else written by Spark; None if the epoch was committed before."""
         rows: DataFrame | pa.Table | None = self.rows
         if collected is not None:
             schema = self.table.schema
@@ -122,13 +283,27 @@ class SinkCommit:
         return self.table.commit(self.epoch, rows, self.replace, self.meta)
 
 
-def commit_together(commits: Sequence[SinkCommit]) -> list[bool]:
-    """Commit each of ``commits`` (whether it wrote, in order): one Spark job computes
-    the rows of all of them into the driver, which writes them; a sink of more
-    than a file's worth is written by Spark."""
-    with_rows = [i for i, c in enumerate(commits) if c.rows is not None]
-    frames = [commits[i].rows.coalesce(1) for i in with_rows]  # type: ignore[union-attr]
+class EpochCommit(Protocol):
+    """A sink's commit of an epoch, planned: ``commit`` makes it (None: the epoch
+    was committed before)."""
+
+    def commit(self) -> SinkWrite | None: ...
+
+
+def commit_together(commits: Sequence[EpochCommit]) -> list[SinkWrite | None]:
+    """Commit each of ``commits`` (what each wrote, in order): one Spark job computes
+    the rows of all the driver writes (``SinkCommit``) into the driver; a sink of
+    more than a file's worth is written by Spark, and any other commit makes itself."""
+    with_rows = {
+        i: c.rows.coalesce(1)
+        for i, c in enumerate(commits)
+        if isinstance(c, SinkCommit) and c.rows is not None
+    }
+    frames = list(with_rows.values())
     with phase(SPARK):
         tables = collect_each(frames, [ROWS_PER_FILE] * len(frames))
     collected = dict(zip(with_rows, tables, strict=True))
-    return [c.commit(collected.get(i)) for i, c in enumerate(commits)]
+    return [
+        c.commit(collected.get(i)) if isinstance(c, SinkCommit) else c.commit()
+        for i, c in enumerate(commits)
+    ]

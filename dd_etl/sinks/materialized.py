@@ -2,16 +2,39 @@
 
 Bag semantics (a row with multiplicity 3 is stored three times), in the order
 of the view's columns, readable by any Delta reader. Each epoch is one atomic
-commit that replaces the table's files with the view as of that epoch (only
-when the view changed; otherwise the commit only records the epoch), so Delta
-time travel goes back epoch by epoch: the commit's ``dd_etl.epoch`` says which.
+commit, so Delta time travel goes back epoch by epoch: the commit's
+``dd_etl.epoch`` says which. A view of a small interval's size is rewritten
+whole by the driver (delta-rs, one file, milliseconds), one of up to
+``REWRITE_RECORDS`` by Spark (in parallel, committed by delta-rs); a larger
+view's table takes the view's changes, applied by Spark with deletion vectors
+(``spark_commit.py``): what an epoch writes follows its change, not the view.
+It is written whole instead when it has no epoch of the view's current trace
+(the first epoch, or after a rebuild) or the trace no longer keeps the history
+since its last epoch.
 """
 
 from __future__ import annotations
 
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
 from dd_etl.runtime import Runtime
-from dd_etl.sinks.delta_table import SinkCommit, SinkTable
+from dd_etl.sinks.delta_table import EpochCommit, SinkCommit, SinkTable
+from dd_etl.sinks.spark_commit import SparkCommit
+from dd_etl.sql_text import quote
+from dd_etl.trace.columns import DIFF
 from dd_etl.trace.placement import BULK, Placement
+
+REWRITE_RECORDS = 25_000_000
+"""Up to this many records in the view's trace, the table is rewritten whole each
+epoch it changes rather than take the view's changes: a MERGE costs about 8 s
+whatever it changes, and rewriting 10 M rows took 3.3 s, 100 M 21-28 s
+(``bench/bench_sink.py``, bench/README.md)."""
+VIEW_META = "dd_etl.view"
+TRACE_META = "dd_etl.trace"
+"""The id of the view trace (its Delta table's) an epoch's commit was made from: a
+rebuild starts a new trace, whose changes do not apply to the table."""
 
 
 class MaterializedView:
@@ -19,20 +42,60 @@ class MaterializedView:
         self.runtime = runtime
         self.view = view
         self.uri = uri
+        self.columns = runtime.flow.views[view].columns
         schema = runtime.flow.views[view].schema
-        self.table = SinkTable(uri, f"dd_etl/{pipeline}/{view}/materialize", schema)
+        self.table = SinkTable(uri, pipeline, view, "materialize", schema)
 
     def plan(
         self, epoch: int, changed: bool | None = None, placement: Placement = BULK
-    ) -> SinkCommit | None:
+    ) -> EpochCommit | None:
         """The commit that brings the table to the view as of ``epoch``; ``changed=False``
         says the view did not change since the table's last epoch; the view is
-        read as ``placement`` says. None if the table is there already."""
+        read as ``placement`` says, and a view read in the driver's is written
+        there too (unless Spark has the table already). None if the table is
+        there already."""
         last = self.table.epoch()
         if last is not None and last >= epoch:
             return None
-        meta = {"dd_etl.view": self.view}
-        if changed is False and last == epoch - 1:
-            return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
-        rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
-        return SinkCommit(self.table, epoch, rows, replace=True, meta=meta)
+        trace = self.runtime.trace(self.runtime.flow.views[self.view])
+        generation = str(DeltaTable(trace.uri).metadata().id)  # a UUID (typed int)
+        meta = {VIEW_META: self.view, TRACE_META: generation}
+        unchanged = changed is False and last == epoch - 1
+        rewrite = placement.driver or trace.state.records <= REWRITE_RECORDS
+        if rewrite and not self.table.spark_owned():
+            if unchanged:
+                return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
+            rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
+            return SinkCommit(self.table, epoch, rows, replace=True, meta=meta)
+        whole = None
+        changes = None
+        # The table follows the view's trace by its changes only from an epoch of
+        # this very trace (not one a rebuild discarded) whose history it still keeps.
+        follows = (
+            last is not None
+            and self.table.last_meta().get(TRACE_META) == generation
+            and trace.state.since.less_equal_time((last,))
+        )
+        if rewrite or not follows:
+            whole = self.runtime.read(self.view, as_of=epoch, placement=placement)
+        elif not unchanged:
+            assert last is not None
+            changes = self._net_changes(last + 1, epoch, placement)
+        return SparkCommit(
+            self.runtime.spark,
+            self.table,
+            epoch,
+            self.columns,
+            whole,
+            changes,
+            lambda rows: self.runtime.read(self.view, epoch, placement, rows=rows),
+            meta,
+        )
+
+    def _net_changes(self, start: int, epoch: int, placement: Placement) -> DataFrame:
+        """The view's changes at epochs ``[start, epoch]`` summed per row: its columns
+        and a nonzero ``_diff``."""
+        changes = self.runtime.changes(self.view, start, epoch + 1, placement)
+        rows = [F.col(quote(c)) for c in self.columns]
+        net = changes.groupBy(*rows).agg(F.sum(DIFF).alias(DIFF))
+        return net.where(F.col(DIFF) != 0)

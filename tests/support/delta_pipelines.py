@@ -1,0 +1,29 @@
+"""Shared by the tests of Delta sources and sinks (no tests here): a pipeline file
+of Delta sources keyed by one column and SQL views, written under a test's root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def delta_pipeline(
+    root: Path, name: str, sources: dict[str, str], views: dict[str, str], materialize: bool
+) -> Path:
+    """``root/pipeline.yaml``: each source a Delta table at ``root/<source>`` keyed by
+    ``sources[source]``; each view ``views[view]``, materialized at ``out/<view>``
+    if ``materialize``."""
+    lines = [
+        f"name: {name}",
+        "warehouse: wh",
+        'spark: {master: "local[2]", conf: {spark.sql.shuffle.partitions: "2"}}',
+        "sources:",
+        *(f"  {s}: {{format: delta, path: {s}, key: [{key}]}}" for s, key in sources.items()),
+        "views:",
+    ]
+    for view, sql in views.items():
+        lines += [f"  {view}:", f"    sql: '{sql}'"]
+        if materialize:
+            lines.append(f"    materialize: {{path: out/{view}}}")
+    path = root / "pipeline.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path

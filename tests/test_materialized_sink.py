@@ -1,0 +1,280 @@
+"""``materialize:`` tables of views too large to rewrite: each epoch applies the view's
+changes by Spark (an append, or one MERGE with deletion vectors), so what it writes
+follows the change. After every epoch the table equals plain Spark SQL over the
+source, duplicates and NULLs included; each epoch is one commit, found again by time
+travel; a table a small view started with delta-rs is handed to Spark; a process
+killed right after Spark's commit does not apply the epoch twice. A table the
+pipeline did not create, or one another writer changed, is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+from dd_etl.cli import app
+from dd_etl.runtime import sizing
+from dd_etl.sinks import materialized
+from dd_etl.sinks.delta_table import committed_epoch
+from tests.support.delta_pipelines import delta_pipeline
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parent.parent
+
+VIEWS = {
+    # a set whose rows change in place: retractions, so a MERGE
+    "by_customer": "SELECT cid, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY cid",
+    # a bag: equal rows many times over, NULLs among them
+    "amounts": "SELECT cid, amount FROM orders",
+}
+FORCE_SPARK = (
+    "from dd_etl.runtime import sizing; from dd_etl.sinks import materialized; "
+    "sizing.SMALL_INTERVAL_RECORDS = -1; materialized.REWRITE_RECORDS = -1; "
+)
+
+
+def take_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every view's table takes its changes, as a view too large to rewrite."""
+    monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", -1)
+    monkeypatch.setattr(materialized, "REWRITE_RECORDS", -1)
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, (args, result.stdout, result.stderr)
+    return result.stdout + result.stderr
+
+
+def pipeline_file(root: Path) -> Path:
+    return delta_pipeline(root, "sinks", {"orders": "id"}, VIEWS, materialize=True)
+
+
+def load(spark: SparkSession, root: Path, rows: int = 3000) -> None:
+    spark.sql(
+        f"CREATE TABLE delta.`{root / 'orders'}` (id BIGINT, cid BIGINT, amount BIGINT) "
+        "USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    values = ", ".join(
+        f"({i}, {i % 500}, {'NULL' if i % 13 == 0 else (i * 3) % 5})" for i in range(rows)
+    )
+    spark.sql(f"INSERT INTO delta.`{root / 'orders'}` VALUES {values}")
+
+
+def change(spark: SparkSession, root: Path, epoch: int) -> None:
+    """Epoch 1 only inserts (``amounts`` then appends); later ones also update
+    and delete."""
+    orders = f"delta.`{root / 'orders'}`"
+    first = 1000 * epoch
+    new = ", ".join(f"({i}, {i % 9}, {i % 4})" for i in range(first, first + 5))
+    spark.sql(f"INSERT INTO {orders} VALUES {new}")
+    if epoch > 1:
+        spark.sql(f"UPDATE {orders} SET amount = amount + 1 WHERE id % 97 = {epoch}")
+        spark.sql(f"DELETE FROM {orders} WHERE id % 89 = {epoch}")
+
+
+def rows(df: Any) -> Counter[str]:
+    return Counter(json.dumps(r.asDict(), sort_keys=True) for r in df.collect())
+
+
+def expected(spark: SparkSession, root: Path, view: str) -> Counter[str]:
+    sql = VIEWS[view].replace("FROM orders", f"FROM delta.`{root / 'orders'}`")
+    return rows(spark.sql(sql))
+
+
+def epoch_versions(table: Path) -> dict[int, tuple[int, str]]:
+    """The Delta version and operation that hold each epoch, from the commits' own
+    record of it (read by delta-rs, whichever writer committed)."""
+    out: dict[int, tuple[int, str]] = {}
+    for info in DeltaTable(str(table)).history():
+        epoch = committed_epoch(info)
+        if epoch is not None:
+            assert epoch not in out, f"epoch {epoch} committed twice"
+            out[epoch] = (info["version"], info["operation"])
+    return out
+
+
+def applied(before: Counter[str], after: Counter[str]) -> tuple[int, int]:
+    """Rows a commit taking ``before`` to ``after`` adds and removes: a row that lost
+    copies has all of them removed and its new count added (copies of a row are
+    not told apart); one that gained copies has only those added."""
+    rows = set(before) | set(after)
+    lost = [r for r in rows if after[r] < before[r]]
+    gained = sum(after[r] - before[r] for r in rows if after[r] > before[r])
+    return gained + sum(after[r] for r in lost), sum(before[r] for r in lost)
+
+
+def deletion_vectors(table: Path) -> int:
+    return sum(
+        1
+        for f in (table / "_delta_log").glob("*.json")
+        for line in f.read_text().splitlines()
+        if '"deletionVector":{' in line
+    )
+
+
+def test_large_views_sink_their_changes(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    take_changes(monkeypatch)
+    pipeline = pipeline_file(tmp_path)
+    load(spark, tmp_path)
+    history: dict[int, dict[str, Counter[str]]] = {}
+    for epoch in range(4):
+        if epoch:
+            change(spark, tmp_path, epoch)
+        cli("run", str(pipeline))
+        history[epoch] = {v: expected(spark, tmp_path, v) for v in VIEWS}
+        status = json.loads(cli("status", str(pipeline), "--json"))
+        for view in VIEWS:
+            table = tmp_path / "out" / view
+            got = rows(spark.read.format("delta").load(str(table)))
+            assert got == history[epoch][view], (view, epoch)
+            written = next(v for v in status["views"] if v["name"] == view)["sink_writes"]
+            write = written["materialize"]
+            assert write["epoch"] == epoch
+            before = history[epoch - 1][view] if epoch else Counter[str]()
+            added, removed = applied(before, history[epoch][view])
+            assert (write["rows_added"], write["rows_removed"]) == (added, removed), view
+            if epoch:  # what the epoch changed, not the view
+                assert added + removed < sum(history[epoch][view].values()) / 2, view
+        profile = status["last_run"]["profile"]
+        assert set(profile["sinks"]) == {f"{v} (materialized)" for v in VIEWS}
+
+    # epoch 1 only added orders: amounts appended; the others merged
+    amounts = epoch_versions(tmp_path / "out" / "amounts")
+    assert [amounts[e][1] for e in range(4)] == ["WRITE", "WRITE", "MERGE", "MERGE"]
+    for view in VIEWS:
+        table = tmp_path / "out" / view
+        assert deletion_vectors(table) > 0, view  # retractions marked, files kept
+        versions = epoch_versions(table)
+        assert sorted(versions) == [0, 1, 2, 3]
+        for epoch, (version, _) in versions.items():  # time travel, epoch by epoch
+            old = spark.read.format("delta").option("versionAsOf", version).load(str(table))
+            assert rows(old) == history[epoch][view], (view, epoch)
+
+    # a run with nothing new records the epoch, and a repeat adds nothing
+    cli("run", str(pipeline))
+    assert sorted(epoch_versions(tmp_path / "out" / "by_customer")) == [0, 1, 2, 3, 4]
+    assert "ok" in cli("verify", str(pipeline))
+
+    # a rebuilt view's trace starts over: its table is written whole once, then
+    # follows the new trace's changes
+    cli("rebuild", str(pipeline), "by_customer")
+    for epoch in (5, 6):
+        change(spark, tmp_path, epoch)
+        cli("run", str(pipeline))
+        table = tmp_path / "out" / "by_customer"
+        got = rows(spark.read.format("delta").load(str(table)))
+        assert got == expected(spark, tmp_path, "by_customer"), epoch
+        views = json.loads(cli("status", str(pipeline), "--json"))["views"]
+        write = next(v for v in views if v["name"] == "by_customer")["sink_writes"]["materialize"]
+        assert (write["replaced"], write["operation"]) == (
+            (True, "WRITE") if epoch == 5 else (False, "MERGE")
+        )
+
+
+def test_a_small_views_table_is_handed_to_spark(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Driver-rewritten while small, rewritten by Spark's files when larger (delta-rs
+    commits both), then taking its changes: Spark's from then on, also when the
+    view is small again."""
+    pipeline = pipeline_file(tmp_path)
+    load(spark, tmp_path, rows=400)
+    table = tmp_path / "out" / "amounts"
+
+    def last_write() -> dict[str, Any]:
+        views = json.loads(cli("status", str(pipeline), "--json"))["views"]
+        write: dict[str, Any] = next(v for v in views if v["name"] == "amounts")["sink_writes"]
+        return write["materialize"]
+
+    cli("run", str(pipeline))  # small: rewritten by the driver
+    monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", -1)
+    change(spark, tmp_path, 1)
+    cli("run", str(pipeline))  # larger, not past REWRITE_RECORDS: rewritten by Spark
+    assert last_write()["replaced"] and deletion_vectors(table) == 0
+    take_changes(monkeypatch)
+    for epoch in (2, 3):
+        change(spark, tmp_path, epoch)
+        cli("run", str(pipeline))
+        assert not last_write()["replaced"]
+    monkeypatch.undo()  # small again: Spark keeps the table it wrote deletion vectors to
+    change(spark, tmp_path, 4)
+    cli("run", str(pipeline))
+    for view in VIEWS:
+        got = rows(spark.read.format("delta").load(str(tmp_path / "out" / view)))
+        assert got == expected(spark, tmp_path, view), view
+    versions = epoch_versions(table)
+    assert sorted(versions) == [0, 1, 2, 3, 4]
+    assert [versions[e][1] for e in (0, 1, 2, 3)] == ["WRITE", "WRITE", "MERGE", "MERGE"]
+    assert deletion_vectors(table) > 0
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_sparks_commit_does_not_apply_it_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    pipeline = pipeline_file(tmp_path)
+    load(spark, tmp_path)
+    command = [sys.executable, "-c", FORCE_SPARK + "from dd_etl.cli import app; app()"]
+
+    def run(failpoints: str = "") -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", "DD_ETL_FAILPOINTS": failpoints}
+        return subprocess.run(
+            [*command, "run", str(pipeline)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+    assert run().returncode == 0
+    change(spark, tmp_path, 2)
+    killed = run("sink.spark_committed=1")  # by_customer's epoch 1 is in, the tick is not
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    again = run()
+    assert again.returncode == 0, again.stderr[-3000:]
+    for view in VIEWS:
+        table = tmp_path / "out" / view
+        assert rows(spark.read.format("delta").load(str(table))) == expected(spark, tmp_path, view)
+        assert sorted(epoch_versions(table)) == [0, 1], view
+
+
+def test_a_sink_table_dd_etl_does_not_own_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    pipeline = pipeline_file(tmp_path)
+    load(spark, tmp_path, rows=50)
+    table = tmp_path / "out" / "amounts"
+    spark.sql(f"CREATE TABLE delta.`{table}` (x STRING) USING delta")
+    result = CliRunner().invoke(app, ["run", str(pipeline)])
+    assert result.exit_code == 3, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "'amounts'" in said and "did not create" in said and str(table) in said
+    status = json.loads(cli("status", str(pipeline), "--json"))
+    assert [s["upper"] for s in status["sources"]] == [None]  # nothing taken in
+
+    shutil.rmtree(table)
+    cli("run", str(pipeline))
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 2)")  # another writer
+    spark.sql(f"OPTIMIZE delta.`{table}`")  # maintenance is fine
+    change(spark, tmp_path, 1)
+    result = CliRunner().invoke(app, ["run", str(pipeline)])
+    assert result.exit_code == 3, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "written by another writer" in said and "WRITE" in said
+    shutil.rmtree(table)  # as the message says: the next run writes it whole
+    cli("run", str(pipeline))
+    for view in VIEWS:
+        got = rows(spark.read.format("delta").load(str(tmp_path / "out" / view)))
+        assert got == expected(spark, tmp_path, view), view
