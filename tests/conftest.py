@@ -24,7 +24,8 @@ os.environ[CHILD_JVMS] = '--driver-java-options "-XX:TieredStopAtLevel=1" pyspar
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local SparkSession for the whole test run: starting Spark costs seconds."""
+    """One local SparkSession for each test process's whole run: starting Spark costs
+    seconds."""
     child_jvms = os.environ.pop(CHILD_JVMS)
     s = session(
         "dd_etl-tests",

@@ -250,3 +250,35 @@ def test_tables_with_newer_features_are_sources(spark: SparkSession, tmp_path: P
     for view in NEWER:
         assert read_view(pipeline, view) == want[view], view
     assert "ok" in cli("verify", str(pipeline))
+
+    # a feature no reader here knows: refused, naming the source and the feature
+    epochs = source_epochs(pipeline)
+    require_reader_feature(tmp_path / "amounts", "someFutureFeature")
+    said = " ".join(cli("run", str(pipeline), code=3).split())
+    assert "source 'amounts'" in said and "someFutureFeature" in said, said
+    assert "DROP FEATURE" in said and "Nothing was committed" in said
+    assert source_epochs(pipeline) == epochs
+
+
+def source_epochs(pipeline: Path) -> dict[str, Any]:
+    sources = json.loads(cli("status", str(pipeline), "--json"))["sources"]
+    return {s["name"]: (s["upper"], s["position"]) for s in sources}
+
+
+def require_reader_feature(table: Path, feature: str) -> None:
+    """Commit to ``table`` (by hand, as a newer writer would) a protocol that requires
+    ``feature`` of every reader."""
+    log = sorted((table / "_delta_log").glob("*.json"))
+    protocol = next(
+        json.loads(line)["protocol"]
+        for f in reversed(log)
+        for line in f.read_text().splitlines()
+        if '"protocol"' in line
+    )
+    for kind in ("readerFeatures", "writerFeatures"):
+        protocol[kind] = [*protocol.get(kind, []), feature]
+    protocol.update(minReaderVersion=3, minWriterVersion=7)
+    commit = {"timestamp": 0, "operation": "SET TBLPROPERTIES", "operationParameters": {}}
+    lines = [json.dumps({"commitInfo": commit}), json.dumps({"protocol": protocol})]
+    version = int(log[-1].stem) + 1
+    (table / "_delta_log" / f"{version:020}.json").write_text("\n".join(lines) + "\n")

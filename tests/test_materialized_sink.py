@@ -33,7 +33,7 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 
 VIEWS = {
-    # a set whose rows change in place: retractions, so a MERGE
+    # a set whose rows change in place: retractions, so a MERGE (by its key, NULL among them)
     "by_customer": "SELECT cid, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY cid",
     # a bag: equal rows many times over, NULLs among them
     "amounts": "SELECT cid, amount FROM orders",
@@ -66,7 +66,8 @@ def load(spark: SparkSession, root: Path, rows: int = 3000) -> None:
         "USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
     )
     values = ", ".join(
-        f"({i}, {i % 500}, {'NULL' if i % 13 == 0 else (i * 3) % 5})" for i in range(rows)
+        f"({i}, {'NULL' if i % 17 == 0 else i % 500}, {'NULL' if i % 13 == 0 else (i * 3) % 5})"
+        for i in range(rows)
     )
     spark.sql(f"INSERT INTO delta.`{root / 'orders'}` VALUES {values}")
 
@@ -212,11 +213,15 @@ def test_a_small_views_table_is_handed_to_spark(
     monkeypatch.undo()  # small again: Spark keeps the table it wrote deletion vectors to
     change(spark, tmp_path, 4)
     cli("run", str(pipeline))
+    assert last_write()["replaced"]
+    cli("run", str(pipeline))  # nothing new: the epoch recorded, no row written
+    write = last_write()
+    assert (write["replaced"], write["rows_added"]) == (False, 0)
     for view in VIEWS:
         got = rows(spark.read.format("delta").load(str(tmp_path / "out" / view)))
         assert got == expected(spark, tmp_path, view), view
     versions = epoch_versions(table)
-    assert sorted(versions) == [0, 1, 2, 3, 4]
+    assert sorted(versions) == [0, 1, 2, 3, 4, 5]
     assert [versions[e][1] for e in (0, 1, 2, 3)] == ["WRITE", "WRITE", "MERGE", "MERGE"]
     assert deletion_vectors(table) > 0
 

@@ -16,6 +16,7 @@ from dd_etl.plan.graph import (
     stateful,
     trace_key,
     traces_read,
+    unique_key,
     upstream,
 )
 from dd_etl.plan.loops import body_of, loop_nest, reads_loop_variable
@@ -118,6 +119,32 @@ def test_keyed_leaves_are_the_traces_a_linear_node_reads_keyed_alike() -> None:
     assert keyed_leaves(renamed, ["k"]) is None  # the key is computed, not passed
     assert keyed_leaves(g["f"], ["k", "v"]) is None  # its source is keyed by k alone
     assert keyed_leaves(g["a"], ["v"]) is None  # a trace keyed otherwise
+
+
+def test_unique_keys_pass_projections_filters_and_joins_meeting_one_row_per_key() -> None:
+    """A reduction of one row per key has a unique key; it survives what keeps its
+    columns and never repeats a row, and nothing else has one."""
+    g = graph()
+    assert unique_key(g["v1"]) == ("k",)  # a view of a MIN per k
+    assert unique_key(g["v2"]) is None  # a filtered source: nothing known
+    sums = n.Accumulate("c", (g["a"],), SCHEMA, key=("k",), values=("v",))
+    kept = n.Select("p1", (sums,), SCHEMA, exprs=("k",), named=(("total", "v"),))
+    assert unique_key(n.Filter("f1", (kept,), SCHEMA, predicate="total > 0")) == ("k",)
+    assert unique_key(n.Select("p2", (sums,), SCHEMA, exprs=("v",))) is None  # key dropped
+    shadowed = n.Select("p3", (sums,), SCHEMA, exprs=("k",), named=(("k", "v + 1"),))
+    assert unique_key(shadowed) is None  # the key's name computed anew
+    renamed = n.Select("p4", (kept,), SCHEMA, named=(("id", "`k`"), ("k", "total")))
+    assert unique_key(renamed) == ("id",)  # followed through a rename
+    top = n.Reduce("t", (g["a"],), SCHEMA, key=("k",), kind="top_k", limit=3)
+    assert unique_key(top) is None  # several rows per key
+
+    def join(left: n.Node, right: n.Node) -> n.Join:
+        sides = tuple(n.Arrange(f"a{x.id}", (x,), SCHEMA, key=("k",)) for x in (left, right))
+        return n.Join("j", sides, SCHEMA, left_key=("k",), right_key=("k",), right_columns=("v",))
+
+    assert unique_key(join(g["r"], sums)) == ("k",)  # an aggregate's parts, joined by k
+    assert unique_key(join(g["r"], g["s"])) is None  # a k may meet many source rows
+    assert unique_key(join(g["s"], g["r"])) is None
 
 
 def test_a_node_needs_its_required_fields_by_name() -> None:

@@ -3,6 +3,7 @@ output changes are the operator applied to the input changes, times unchanged.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -19,6 +20,24 @@ Expr = Column | str
 def col(e: Expr) -> Column:
     """A Spark column from a column expression or a SQL expression string."""
     return e if isinstance(e, Column) else F.expr(e)
+
+
+_NAME = re.compile(r"`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*)")
+_LITERALS = frozenset({"true", "false", "null"})
+
+
+def referenced_column(e: Expr) -> str | None:
+    """The column ``e`` only names (``"a"``, ``"`a`"``, ``F.col("a")``), read from
+    its text; None for anything computed (or a name this cannot tell from one)."""
+    text = str(e)
+    if isinstance(e, Column):
+        if not (text.startswith("Column<'") and text.endswith("'>")):
+            return None
+        text = text[len("Column<'") : -2]
+    m = _NAME.fullmatch(text)
+    if m is None or text.lower() in _LITERALS:
+        return None
+    return m.group(1) or m.group(2)
 
 
 def bookkeeping(df: DataFrame) -> list[str]:

@@ -97,8 +97,9 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
         for kind, sink in (("materialize", view.materialize), ("changes", view.changes)):
             if sink is not None:
                 table = SinkTable(loaded.resolve(sink.path), config.name, name, kind)
-                st.sinks[kind] = table.epoch()
-                written = table.last_write()
+                log = table.log()
+                st.sinks[kind] = None if log is None else log.epoch
+                written = None if log is None else log.last_write()
                 if written is not None:
                     st.sink_writes[kind] = asdict(written)
         views.append(st)

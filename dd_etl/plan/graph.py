@@ -4,8 +4,10 @@ computed, and what a trace is keyed by. No Spark, no storage."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
+from dd_etl.operators.linear import referenced_column
 from dd_etl.plan import nodes as n
 
 
@@ -62,6 +64,39 @@ def traces_read(node: n.Node) -> list[n.Node]:
 
 ONE_ROW_PER_KEY = frozenset({"distinct", "count", "min", "max", "min_max", "collapse"})
 """Reductions whose output holds at most one row per key."""
+
+
+def unique_key(node: n.Node) -> tuple[str, ...] | None:
+    """Columns no two of ``node``'s rows share at any time, None when none is known: a
+    reduction's key (one row per key) as projections that keep its columns,
+    filters, arrangements and joins that match each row at most once pass it on.
+    A sink table then finds a row's old version by these columns alone."""
+    if isinstance(node, n.Accumulate) or (
+        isinstance(node, n.Reduce) and node.kind in ONE_ROW_PER_KEY
+    ):
+        return node.key
+    if isinstance(node, n.View | n.Arrange | n.Filter | n.Consolidate):
+        return unique_key(node.inputs[0])
+    if isinstance(node, n.Select):
+        key = unique_key(node.inputs[0])
+        # (output column, the input column it only names, None if computed)
+        columns = [(referenced_column(e), referenced_column(e)) for e in node.exprs]
+        columns += [(c, referenced_column(e)) for c, e in node.named]
+        outputs = Counter(out for out, _ in columns)
+        kept: dict[str, str] = {}  # input column -> an output column that is it
+        for out, read in columns:
+            if out is not None and read is not None and outputs[out] == 1:
+                kept.setdefault(read, out)
+        if key is None or any(k not in kept for k in key):
+            return None
+        return tuple(kept[k] for k in key)
+    if isinstance(node, n.Join):
+        # each left row meets at most one right row when the right side has one row
+        # per join key; NULL keys cannot join twice either way
+        left, right = (unique_key(i) for i in node.inputs)
+        if left is not None and right is not None and set(right) <= set(node.right_key):
+            return left
+    return None
 
 
 def batch_bound(node: n.Node, records: Callable[[n.Node], int], fresh: bool) -> int | None:

@@ -9,11 +9,12 @@ attempt, so a crashed attempt's files are never referenced. Spark writes the
 files, or the driver writes rows Spark computed into its hands (``SinkCommit``):
 one Spark job then computes the rows of every small sink of a tick, as for a
 layer's batches. A materialized table that needs deletion vectors is Spark's
-from then on (``spark_commit.py``, ``SinkTable.spark_owned``).
+from then on (``spark_commit.py``, ``SinkLog.spark_owned``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -83,6 +84,46 @@ MAINTENANCE = frozenset(
 """Operations another writer may commit to a sink table: they leave its rows as they are."""
 
 
+class SinkLog:
+    """A sink table's Delta log as one read found it: a tick reads it once per sink,
+    to check the table, plan its commit and report what it wrote, rather than open
+    the log for each question."""
+
+    def __init__(self, table: DeltaTable, app_id: str) -> None:
+        self.table = table
+        version = table.transaction_version(app_id)
+        self.epoch = None if version is None else int(version)
+        """The last epoch committed to the table, None before the first."""
+
+    @property
+    def spark_owned(self) -> bool:
+        """Whether Spark commits the table: it has deletion vectors, which Spark
+        wrote and delta-rs can neither write nor name in the files it removes."""
+        return "deletionVectors" in (self.table.protocol().writer_features or [])
+
+    @functools.cached_property
+    def history(self) -> list[dict[str, Any]]:
+        """The newest commits, newest first."""
+        return self.table.history(HISTORY_SEARCHED)
+
+    def last_write(self) -> SinkWrite | None:
+        """The last epoch's commit (no Spark job)."""
+        info = self._last_commit()
+        if info is None or self.epoch is None:
+            return None
+        return SinkWrite.from_commit(info, self.epoch)
+
+    def last_meta(self) -> dict[str, str]:
+        """The metadata dd_etl recorded with the last epoch's commit."""
+        info = self._last_commit()
+        return {} if info is None else commit_meta(info)
+
+    def _last_commit(self) -> dict[str, Any] | None:
+        if self.epoch is None:
+            return None
+        return next((i for i in self.history if committed_epoch(i) == self.epoch), None)
+
+
 class SinkTable:
     """The sink ``kind`` (``materialize`` or ``changes``) of ``view`` in ``pipeline``."""
 
@@ -119,46 +160,21 @@ class SinkTable:
 
     def epoch(self) -> int | None:
         """The last epoch committed to the table, None if none."""
-        if not self.exists():
-            return None
-        version = DeltaTable(self.uri).transaction_version(self.app_id)
-        return None if version is None else int(version)
+        log = self.log()
+        return None if log is None else log.epoch
 
-    def spark_owned(self) -> bool:
-        """Whether Spark commits the table: it has deletion vectors, which Spark
-        wrote and delta-rs can neither write nor name in the files it removes."""
-        if not self.exists():
-            return False
-        features = DeltaTable(self.uri).protocol().writer_features or []
-        return "deletionVectors" in features
-
-    def last_write(self) -> SinkWrite | None:
-        """The last epoch's commit, read from the table's log (no Spark job)."""
-        found = self._last_commit()
-        return None if found is None else SinkWrite.from_commit(found[0], found[1])
-
-    def last_meta(self) -> dict[str, str]:
-        """The metadata dd_etl recorded with the last epoch's commit."""
-        found = self._last_commit()
-        return {} if found is None else commit_meta(found[0])
-
-    def _last_commit(self) -> tuple[dict[str, Any], int] | None:
-        epoch = self.epoch()
-        if epoch is None:
-            return None
-        for info in DeltaTable(self.uri).history(HISTORY_SEARCHED):
-            if committed_epoch(info) == epoch:
-                return info, epoch
-        return None
+    def log(self) -> SinkLog | None:
+        """The table's Delta log as of now, None if there is no table."""
+        return SinkLog(DeltaTable(self.uri), self.app_id) if self.exists() else None
 
     def check_ours(self) -> None:
         """Refuse a table dd_etl did not create, or one another writer changed the rows
         of since dd_etl's last commit: dd_etl would silently undo or build on them."""
-        if not self.exists():
+        log = self.log()
+        if log is None:
             return
-        table = DeltaTable(self.uri)
-        if table.transaction_version(self.app_id) is None:
-            if table.metadata().description != self._marker:
+        if log.epoch is None:
+            if log.table.metadata().description != self._marker:
                 raise SinkError(
                     self.view,
                     self.kind,
@@ -167,7 +183,7 @@ class SinkTable:
                     "path, or move that table away",
                 )
             return
-        for info in table.history(HISTORY_SEARCHED):
+        for info in log.history:
             if committed_epoch(info) is not None:
                 return  # dd_etl's last commit: nothing foreign after it
             operation = str(info.get("operation", ""))

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.plan.graph import unique_key
 from dd_etl.runtime import Runtime
 from dd_etl.sinks.delta_table import EpochCommit, SinkCommit, SinkTable
 from dd_etl.sinks.spark_commit import SparkCommit
@@ -28,8 +29,9 @@ from dd_etl.trace.placement import BULK, Placement
 
 REWRITE_RECORDS = 25_000_000
 """Up to this many records in the view's trace, the table is rewritten whole each
-epoch it changes rather than take the view's changes: a MERGE costs about 8 s
-whatever it changes, and rewriting 10 M rows took 3.3 s, 100 M 21-28 s
+epoch it changes rather than take the view's changes: a MERGE of 1,000 rows took
+3-4.5 s when they lay in a narrow key range, 8-14 s when spread over a table of
+1-10 M rows, and rewriting 10 M rows took 3.3 s, 100 M 21-29 s
 (``bench/bench_sink.py``, bench/README.md)."""
 VIEW_META = "dd_etl.view"
 TRACE_META = "dd_etl.trace"
@@ -43,6 +45,7 @@ class MaterializedView:
         self.view = view
         self.uri = uri
         self.columns = runtime.flow.views[view].columns
+        self.key = unique_key(runtime.flow.views[view])
         schema = runtime.flow.views[view].schema
         self.table = SinkTable(uri, pipeline, view, "materialize", schema)
 
@@ -54,7 +57,8 @@ class MaterializedView:
         read as ``placement`` says, and a view read in the driver's is written
         there too (unless Spark has the table already). None if the table is
         there already."""
-        last = self.table.epoch()
+        log = self.table.log()
+        last = None if log is None else log.epoch
         if last is not None and last >= epoch:
             return None
         trace = self.runtime.trace(self.runtime.flow.views[self.view])
@@ -62,7 +66,7 @@ class MaterializedView:
         meta = {VIEW_META: self.view, TRACE_META: generation}
         unchanged = changed is False and last == epoch - 1
         rewrite = placement.driver or trace.state.records <= REWRITE_RECORDS
-        if rewrite and not self.table.spark_owned():
+        if rewrite and not (log is not None and log.spark_owned):
             if unchanged:
                 return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
             rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
@@ -72,11 +76,12 @@ class MaterializedView:
         # The table follows the view's trace by its changes only from an epoch of
         # this very trace (not one a rebuild discarded) whose history it still keeps.
         follows = (
-            last is not None
-            and self.table.last_meta().get(TRACE_META) == generation
+            log is not None
+            and last is not None
+            and log.last_meta().get(TRACE_META) == generation
             and trace.state.since.less_equal_time((last,))
         )
-        if rewrite or not follows:
+        if not follows or (rewrite and not unchanged):
             whole = self.runtime.read(self.view, as_of=epoch, placement=placement)
         elif not unchanged:
             assert last is not None
@@ -84,8 +89,10 @@ class MaterializedView:
         return SparkCommit(
             self.runtime.spark,
             self.table,
+            log,
             epoch,
             self.columns,
+            self.key,
             whole,
             changes,
             lambda rows: self.runtime.read(self.view, epoch, placement, rows=rows),

@@ -12,7 +12,13 @@ a net change ``d`` per row:
   the view's trace by the row, its key.
 
 That is one MERGE, its source the rows to delete (matched null-safely on every
-column) beside the rows to insert (never matched). With deletion vectors on,
+column) beside the rows to insert (never matched). A view with a unique key (a
+GROUP BY's columns, ``plan.graph.unique_key``) holds a row once and no other row
+with its key, so its rows are matched by the key alone, which is all a MERGE
+then reads of the table to find them, and a retracted row has no copies left
+to look up. The table's whole writes are laid out in the order of the match
+columns, and the MERGE bounds the first by the range its deleted rows span, so
+it reads only the files that can hold them. With deletion vectors on,
 Delta marks the deleted rows and keeps the files that hold them: rows and bytes
 written follow the change, not the view. A commit that has no changes to apply
 (``materialized.py`` says when) writes the view whole, in parallel. Each commit
@@ -23,23 +29,25 @@ goes back epoch by epoch.
 Spark's Delta writer costs seconds and several jobs even for one row, so a small
 view's table stays with delta-rs (``delta_table.SinkTable.commit``) until an epoch
 needs Spark: the deletion vectors Spark writes then make the table Spark's for
-good (``SinkTable.spark_owned``), so the two never write the same table in turn.
+good (``SinkLog.spark_owned``), so the two never write the same table in turn.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType
 
 from dd_etl.failpoints import failpoint
 from dd_etl.profiling import SPARK, count_bytes, phase
-from dd_etl.sinks.delta_table import EPOCH_META, SinkTable, SinkWrite
+from dd_etl.sinks.delta_table import EPOCH_META, SinkLog, SinkTable, SinkWrite
 from dd_etl.spark import conf_applied
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF
@@ -50,6 +58,9 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 DELETION_VECTORS = "delta.enableDeletionVectors"
+RANGED_TYPES = (IntegralType, DecimalType, StringType, DateType)
+"""Types of a first match column whose range bounds a MERGE (values that come back
+from the driver exactly as they were; timestamps pass through time zones)."""
 OP = "__dd_etl_op"
 """The MERGE source's column saying whether a row deletes (``d``) or inserts (``i``)."""
 
@@ -59,32 +70,34 @@ class SparkCommit:
     """The commit of ``epoch``: the view ``whole`` (in place of the table's rows), or
     its net changes since the table's last epoch (``changes``: data columns and
     ``_diff``; None: none), with ``current`` reading the view's rows equal to
-    given rows at the epoch."""
+    given rows at the epoch, unless the view has a unique ``key``."""
 
     spark: SparkSession
     table: SinkTable
+    log: SinkLog | None  # the table's as the commit was planned; None: no table yet
     epoch: int
     columns: list[str]
+    key: tuple[str, ...] | None
     whole: DataFrame | None
     changes: DataFrame | None
     current: Callable[[DataFrame], DataFrame]
     meta: dict[str, str]
 
-    def commit(self) -> SinkWrite | None:
-        done = self.table.epoch()
-        if done is not None and done >= self.epoch:
-            return None
+    def commit(self) -> SinkWrite:
         self._enable_deletion_vectors()
         failpoint("sink.spark_planned")
         with phase(SPARK):
             if self.whole is not None:
-                self._write(self.whole, "overwrite" if self.table.exists() else "append")
+                order = _cols(self._matched_by)
+                whole = self.whole.repartitionByRange(*order).sortWithinPartitions(*order)
+                self._write(whole, "append" if self.log is None else "overwrite")
             elif self.changes is None:
                 self._write(None)
             else:
                 self._apply(self.changes)
         failpoint("sink.spark_committed")
-        written = self.table.last_write()
+        log = self.table.log()
+        written = None if log is None else log.last_write()
         assert written is not None and written.epoch == self.epoch, "Spark skipped the commit"
         count_bytes(written=written.bytes_added)
         return written
@@ -92,7 +105,7 @@ class SparkCommit:
     def _enable_deletion_vectors(self) -> None:
         """A table delta-rs created (or wrote while it was small) gets deletion
         vectors before Spark's first commit, in a commit of its own."""
-        if self.table.exists() and not self.table.spark_owned():
+        if self.log is not None and not self.log.spark_owned:
             self.spark.sql(
                 f"ALTER TABLE delta.{quote(self.table.uri)} "
                 f"SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"
@@ -110,38 +123,67 @@ class SparkCommit:
         with self._transaction():
             writer.save(self.table.uri)
 
+    @property
+    def _matched_by(self) -> list[str]:
+        """The columns a row is found by in the table, in the order its whole writes
+        are laid out in."""
+        return list(self.key or self.columns)
+
     def _apply(self, changes: DataFrame) -> None:
         """Apply net changes: an append if no row lost copies, else one MERGE."""
         net = changes.persist()
         try:
             retracted = net.where(F.col(DIFF) < 0).select(*_cols(self.columns))
             added = _copies(net.where(F.col(DIFF) > 0))
-            if retracted.isEmpty():
+            first = F.col(quote(self._matched_by[0]))
+            found = retracted.agg(
+                F.count(F.lit(1)), F.min(first), F.max(first), F.max(first.isNull())
+            ).first()
+            assert found is not None
+            count, low, high, nulls = found
+            if count == 0:
                 self._write(added)
                 return
             deletes = retracted.withColumn(OP, F.lit("d"))
-            inserts = added.unionByName(self.current(retracted)).withColumn(OP, F.lit("i"))
-            self._merge(deletes.unionByName(inserts))
+            if self.key is None:
+                added = added.unionByName(self.current(retracted))
+            source = deletes.unionByName(added.withColumn(OP, F.lit("i")))
+            self._merge(source, self._within(low, high, bool(nulls)))
         finally:
             net.unpersist()
 
-    def _merge(self, source: DataFrame) -> None:
-        spark = self.spark
-        name = f"dd_etl_sink_{uuid.uuid4().hex[:12]}"
-        source.createOrReplaceTempView(name)
-        on = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in self.columns)
-        names = ", ".join(quote(c) for c in self.columns)
-        values = ", ".join(f"s.{quote(c)}" for c in self.columns)
-        try:
-            with self._transaction():
-                spark.sql(
-                    f"MERGE INTO delta.{quote(self.table.uri)} AS t USING {name} AS s "
-                    f"ON s.{OP} = 'd' AND {on} "
-                    "WHEN MATCHED THEN DELETE "
-                    f"WHEN NOT MATCHED AND s.{OP} = 'i' THEN INSERT ({names}) VALUES ({values})"
-                )
-        finally:
-            spark.catalog.dropTempView(name)
+    def _within(self, low: Any, high: Any, nulls: bool) -> Column:
+        """A condition on the table's rows that holds for every row the MERGE deletes:
+        the retracted rows' range of the first match column. Delta skips the files
+        whose statistics lie outside it, so a change to a narrow range of it (recent
+        dates, new ids) reads only the files that hold that range."""
+        name = self._matched_by[0]
+        schema = self.table.schema
+        kind = None if schema is None else schema[name].dataType
+        column = F.col(f"t.{quote(name)}")
+        if not isinstance(kind, RANGED_TYPES):
+            return F.lit(True)
+        within = (
+            F.lit(False)
+            if low is None
+            else column.between(F.lit(low).cast(kind), F.lit(high).cast(kind))
+        )
+        return within | column.isNull() if nulls else within
+
+    def _merge(self, source: DataFrame, within: Column) -> None:
+        """Delete the source's ``d`` rows from the table, insert its ``i`` rows."""
+        found = F.col(f"s.{OP}") == "d"
+        for c in self._matched_by:
+            found &= F.col(f"t.{quote(c)}").eqNullSafe(F.col(f"s.{quote(c)}"))
+        values: dict[str, str | Column] = {quote(c): f"s.{quote(c)}" for c in self.columns}
+        target = DeltaTable.forPath(self.spark, self.table.uri).alias("t")
+        with self._transaction():
+            (
+                target.merge(source.alias("s"), found & within)
+                .whenMatchedDelete()
+                .whenNotMatchedInsert(F.col(f"s.{OP}") == "i", values)
+                .execute()
+            )
 
     def _transaction(self) -> AbstractContextManager[None]:
         """Spark's Delta writes in the block commit ``(app id, epoch)``, which makes

@@ -9,8 +9,8 @@ skip changes.
 Spark's Delta reader reads the table (snapshots and change feeds alike), so
 tables with deletion vectors or column mapping are sources, and an interval's
 rows never pass through the driver. delta-rs answers what needs no Spark: the
-table's version, schema and settings (a table delta-rs cannot open, for reader
-features it lacks, is refused with delta-rs's error). One shortcut: the change feed
+table's version, schema and settings. A table that needs a reader feature
+either reader lacks is refused, naming the feature. One shortcut: the change feed
 of a small interval, on a table whose features delta-rs reads, is read by
 delta-rs into the driver and handed to Spark as a local relation, with no file
 listing or scan set-up; it reads at most ``DRIVER_FEED_RECORDS`` rows, and a
@@ -19,6 +19,9 @@ larger feed goes to Spark.
 
 from __future__ import annotations
 
+from importlib import metadata
+
+import deltalake
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -67,6 +70,8 @@ class DeltaSource:
         except TableNotFoundError:
             raise SourceError(self.name, f"no Delta table at {self.uri}") from None
         except Exception as e:
+            if _unsupported(e):
+                raise self._unreadable(e) from None
             if version is not None:
                 raise HistoryLost(
                     self.pipeline, self.name, f"version {version} cannot be loaded ({e})"
@@ -163,7 +168,13 @@ class DeltaSource:
     def _read(self, table: DeltaTable, schema: StructType) -> DataFrame:
         """The snapshot's rows at ``table``'s version, read by Spark's Delta reader."""
         reader = self.spark.read.format("delta").option("versionAsOf", table.version())
-        return conform(reader.load(self.uri), schema)
+        try:
+            rows = reader.load(self.uri)
+        except Exception as e:
+            if _unsupported(e):
+                raise self._unreadable(e) from None
+            raise
+        return conform(rows, schema)
 
     def _feed(self, table: DeltaTable, start: int, end: int, schema: StructType) -> DataFrame:
         """The change feed of versions ``start..end`` as updates of ``schema``."""
@@ -181,6 +192,8 @@ class DeltaSource:
                 .load(self.uri)
             )
         except Exception as e:
+            if _unsupported(e):
+                raise self._unreadable(e) from None
             raise self._feed_lost(start, end, e) from None
         failpoint("source.feed_planned")
         sign = F.when(F.col(CHANGE_TYPE).isin(*INSERTS), 1).otherwise(-1)
@@ -214,9 +227,27 @@ class DeltaSource:
         signed = StructType([*schema.fields, StructField(SIGN, LongType(), False)])
         return conform(local_relation(self.spark, updates, signed), schema, F.col(SIGN))
 
+    def _unreadable(self, e: Exception) -> SourceError:
+        return SourceError(
+            self.name,
+            f"the Delta table at {self.uri} uses a feature dd_etl's Delta readers cannot "
+            f"read ({first_line(e)}; delta-rs {deltalake.__version__}, delta-spark "
+            f"{metadata.version('delta-spark')}); upgrade dd_etl, or drop the feature from the "
+            "table (ALTER TABLE ... DROP FEATURE)",
+        )
+
     def _feed_lost(self, start: int, end: int, e: Exception) -> HistoryLost:
         return HistoryLost(
             self.pipeline,
             self.name,
             f"its change data feed for versions {start}..{end} cannot be read ({first_line(e)})",
         )
+
+
+def _unsupported(e: Exception) -> bool:
+    """Whether ``e`` is a Delta reader refusing a table feature it does not know
+    (delta-rs's kernel, or Spark's ``DELTA_UNSUPPORTED_FEATURES_FOR_READ``)."""
+    text = str(e)
+    return "DELTA_UNSUPPORTED_FEATURES" in text or (
+        "Unsupported" in text and "not supported" in text
+    )
