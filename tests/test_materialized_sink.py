@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from dd_etl.pipeline.build import open_pipeline
 from dd_etl.runtime import sizing
 from dd_etl.sinks import materialized
 from dd_etl.sinks.delta_table import committed_epoch
@@ -130,6 +131,9 @@ def test_large_views_sink_their_changes(
     take_changes(monkeypatch)
     pipeline = pipeline_file(tmp_path)
     load(spark, tmp_path)
+    opened = open_pipeline(pipeline, spark)
+    keys = {v: getattr(opened.materialized(v), "key", "no sink") for v in VIEWS}
+    assert keys == {"by_customer": ("cid",), "amounts": None}  # the GROUP BY's, through renames
     history: dict[int, dict[str, Counter[str]]] = {}
     for epoch in range(4):
         if epoch:
