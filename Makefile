@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -n 2 --dist worksteal --durations=10
+	$(BIN)/pytest -n 2 --dist worksteal --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_trace_spine.py

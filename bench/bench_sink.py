@@ -18,7 +18,9 @@ The rows a retracted row still has at the epoch are looked up in the view's
 trace in a run; here the view is a set whose changed rows all move, so there
 are none, and the benchmark measures the commit alone. Per size and epoch it
 records seconds, rows added and removed, and bytes written, read back from each
-commit's Delta log. Results go to ``bench/results/<--name>.json`` and ``.png``.
+commit's Delta log, after a round at the smallest size that is not recorded (a
+JVM compiles Spark's code in its first minutes). Results go to
+``bench/results/<--name>.json`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
 
     def benchmark(spark: SparkSession, root: Path) -> dict[str, Any]:
+        run(spark, root / "warmup", sizes[:1], args.epochs, args.changed, args.pattern)
         measured = run(spark, root, sizes, args.epochs, args.changed, args.pattern)
         return {
             "argv": recorded_argv(),

@@ -18,16 +18,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
 from dd_etl.pipeline.build import open_pipeline
 from dd_etl.runtime import sizing
-from dd_etl.sinks import materialized
-from dd_etl.sinks.delta_table import committed_epoch
+from dd_etl.sinks import materialized, spark_commit
+from dd_etl.sinks.delta_table import SinkLog, committed_epoch
 from tests.support.delta_pipelines import delta_pipeline
 
 pytestmark = pytest.mark.spark
@@ -129,6 +130,7 @@ def test_large_views_sink_their_changes(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     take_changes(monkeypatch)
+    monkeypatch.setattr(spark_commit, "NAMED_FROM_ROWS", -1)  # values named at any size
     pipeline = pipeline_file(tmp_path)
     load(spark, tmp_path)
     opened = open_pipeline(pipeline, spark)
@@ -174,8 +176,10 @@ def test_large_views_sink_their_changes(
     assert "ok" in cli("verify", str(pipeline))
 
     # a rebuilt view's trace starts over: its table is written whole once, then
-    # follows the new trace's changes
+    # follows the new trace's changes (bounded by their range alone, as an epoch
+    # retracting more than NAMED_KEYS rows is)
     cli("rebuild", str(pipeline), "by_customer")
+    monkeypatch.setattr(spark_commit, "NAMED_KEYS", 0)
     for epoch in (5, 6):
         change(spark, tmp_path, epoch)
         cli("run", str(pipeline))
@@ -187,6 +191,18 @@ def test_large_views_sink_their_changes(
         assert (write["replaced"], write["operation"]) == (
             (True, "WRITE") if epoch == 5 else (False, "MERGE")
         )
+
+
+def test_a_range_counts_the_rows_of_the_files_it_overlaps(tmp_path: Path) -> None:
+    """What decides whether a MERGE names its retracted values: the rows of the files
+    whose statistics overlap their range, read from the log."""
+    uri = str(tmp_path / "t")
+    for ids in (range(0, 10), range(100, 120)):
+        write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+    log = SinkLog(DeltaTable(uri), "app")
+    assert log.rows_overlapping("id", 5, 7) == 10
+    assert log.rows_overlapping("id", 9, 100) == 30
+    assert log.rows_overlapping("id", 11, 99) == 0
 
 
 def test_a_small_views_table_is_handed_to_spark(
@@ -232,29 +248,28 @@ def test_a_small_views_table_is_handed_to_spark(
 
 @pytest.mark.slow
 def test_a_run_killed_after_sparks_commit_does_not_apply_it_twice(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The killed run in a process of its own; the runs before and after it here."""
+    take_changes(monkeypatch)
     pipeline = pipeline_file(tmp_path)
     load(spark, tmp_path)
-    command = [sys.executable, "-c", FORCE_SPARK + "from dd_etl.cli import app; app()"]
-
-    def run(failpoints: str = "") -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", "DD_ETL_FAILPOINTS": failpoints}
-        return subprocess.run(
-            [*command, "run", str(pipeline)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-
-    assert run().returncode == 0
+    cli("run", str(pipeline))
     change(spark, tmp_path, 2)
-    killed = run("sink.spark_committed=1")  # by_customer's epoch 1 is in, the tick is not
+    command = [sys.executable, "-c", FORCE_SPARK + "from dd_etl.cli import app; app()"]
+    # killed when by_customer's epoch 1 is in, and the tick is not
+    failpoint = "sink.spark_committed=1"
+    env = {**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", "DD_ETL_FAILPOINTS": failpoint}
+    killed = subprocess.run(
+        [*command, "run", str(pipeline)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    again = run()
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert "completed interrupted epoch 1" in cli("run", str(pipeline))
     for view in VIEWS:
         table = tmp_path / "out" / view
         assert rows(spark.read.format("delta").load(str(table))) == expected(spark, tmp_path, view)

@@ -106,6 +106,20 @@ class SinkLog:
         """The newest commits, newest first."""
         return self.table.history(HISTORY_SEARCHED)
 
+    def rows_overlapping(self, column: str, low: Any, high: Any) -> int:
+        """Rows of the files whose statistics of ``column`` may hold a value in
+        ``[low, high]`` (every file without them), deleted rows included: what a
+        scan bounded by that range reads. No Spark job."""
+        files = pa.table(self.table.get_add_actions(flatten=True)).to_pydict()
+        rows = files["num_records"]
+        lows = files.get(f"min.{column}", [None] * len(rows))
+        highs = files.get(f"max.{column}", [None] * len(rows))
+        return sum(
+            n or 0
+            for n, lo, hi in zip(rows, lows, highs, strict=True)
+            if lo is None or hi is None or (lo <= high and hi >= low)
+        )
+
     def last_write(self) -> SinkWrite | None:
         """The last epoch's commit (no Spark job)."""
         info = self._last_commit()

@@ -30,8 +30,8 @@ from dd_etl.trace.placement import BULK, Placement
 REWRITE_RECORDS = 25_000_000
 """Up to this many records in the view's trace, the table is rewritten whole each
 epoch it changes rather than take the view's changes: a MERGE of 1,000 rows took
-3-4.5 s when they lay in a narrow key range, 8-14 s when spread over a table of
-1-10 M rows, and rewriting 10 M rows took 3.3 s, 100 M 21-29 s
+3-4.5 s when they lay in a narrow key range, 5-9 s when spread over a table of
+1-100 M rows, and rewriting 10 M rows took 3-3.7 s, 100 M 27-28 s
 (``bench/bench_sink.py``, bench/README.md)."""
 VIEW_META = "dd_etl.view"
 TRACE_META = "dd_etl.trace"

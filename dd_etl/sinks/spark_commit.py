@@ -38,12 +38,12 @@ import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType
+from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType
 
 from dd_etl.failpoints import failpoint
 from dd_etl.profiling import SPARK, count_bytes, phase
@@ -58,9 +58,21 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 DELETION_VECTORS = "delta.enableDeletionVectors"
+NAMED_KEYS = 10_000
+"""The most distinct values of the first match column an epoch's retracted rows
+may have for its MERGE to name them (``_within``): they pass through the driver
+into the plan, as literals; a larger change is bounded by their range alone."""
+NAMED_FROM_ROWS = 2_000_000
+"""Values are named only when the files their range overlaps hold more rows than
+this. Naming 1,000 values cost a MERGE about 1 s more, while each million rows
+of files read whole to find deleted rows cost it about 0.8 s (1 M and 10 M row
+tables, ``bench/bench_sink.py``)."""
+PAGE_FILTER_VALUES = "spark.sql.parquet.pushdown.inFilterThreshold"
 RANGED_TYPES = (IntegralType, DecimalType, StringType, DateType)
 """Types of a first match column whose range bounds a MERGE (values that come back
-from the driver exactly as they were; timestamps pass through time zones)."""
+from the driver exactly as they were, and order there as in Spark; timestamps
+pass through time zones, and strings of another collation than binary are
+ordered otherwise: ``_ranged``)."""
 OP = "__dd_etl_op"
 """The MERGE source's column saying whether a row deletes (``d``) or inserts (``i``)."""
 
@@ -135,40 +147,58 @@ class SparkCommit:
         try:
             retracted = net.where(F.col(DIFF) < 0).select(*_cols(self.columns))
             added = _copies(net.where(F.col(DIFF) > 0))
-            first = F.col(quote(self._matched_by[0]))
-            found = retracted.agg(
-                F.count(F.lit(1)), F.min(first), F.max(first), F.max(first.isNull())
-            ).first()
-            assert found is not None
-            count, low, high, nulls = found
-            if count == 0:
+            distinct = retracted.select(quote(self._matched_by[0])).distinct()
+            named = [r[0] for r in distinct.limit(NAMED_KEYS + 1).collect()]
+            if not named:
                 self._write(added)
                 return
             deletes = retracted.withColumn(OP, F.lit("d"))
             if self.key is None:
                 added = added.unionByName(self.current(retracted))
             source = deletes.unionByName(added.withColumn(OP, F.lit("i")))
-            self._merge(source, self._within(low, high, bool(nulls)))
+            self._merge(source, self._within(retracted, named))
         finally:
             net.unpersist()
 
-    def _within(self, low: Any, high: Any, nulls: bool) -> Column:
-        """A condition on the table's rows that holds for every row the MERGE deletes:
-        the retracted rows' range of the first match column. Delta skips the files
-        whose statistics lie outside it, so a change to a narrow range of it (recent
-        dates, new ids) reads only the files that hold that range."""
-        name = self._matched_by[0]
+    def _within(self, retracted: DataFrame, named: list[Any]) -> Column:
+        """A condition on the table's rows that holds for every row the MERGE deletes,
+        on the first match column, given the retracted rows' distinct values of it
+        (``NAMED_KEYS`` and one more, if there are more): the range they span, by
+        which Delta skips the files whose statistics lie outside it (a change to a
+        narrow range, recent dates or new ids, reads the files that hold that
+        range), and, for at most ``NAMED_KEYS`` values whose range overlaps files
+        of more than ``NAMED_FROM_ROWS`` rows, the values themselves, by which
+        Parquet skips the pages that hold none of them (a change spread over every
+        file reads, to mark its rows deleted, the pages that hold them). Only for
+        ``RANGED_TYPES``, whose values come back from the driver exactly."""
+        name = quote(self._matched_by[0])
         schema = self.table.schema
-        kind = None if schema is None else schema[name].dataType
-        column = F.col(f"t.{quote(name)}")
-        if not isinstance(kind, RANGED_TYPES):
+        kind = None if schema is None else schema[self._matched_by[0]].dataType
+        if not _ranged(kind):
             return F.lit(True)
-        within = (
-            F.lit(False)
-            if low is None
-            else column.between(F.lit(low).cast(kind), F.lit(high).cast(kind))
-        )
+        column = F.col(f"t.{name}")
+        values = [v for v in named if v is not None]
+        if len(named) <= NAMED_KEYS:
+            low, high = (min(values), max(values)) if values else (None, None)
+            nulls = len(values) < len(named)
+        else:
+            found = retracted.agg(F.min(name), F.max(name), F.max(F.col(name).isNull())).first()
+            assert found is not None
+            low, high, nulls = found
+        if low is None:
+            within = F.lit(False)
+        else:
+            within = column.between(F.lit(low).cast(kind), F.lit(high).cast(kind))
+            if len(named) <= NAMED_KEYS and self._spans_many_rows(low, high):
+                within &= column.isin([F.lit(v).cast(kind) for v in values])
         return within | column.isNull() if nulls else within
+
+    def _spans_many_rows(self, low: Any, high: Any) -> bool:
+        """Whether the table's files that ``[low, high]`` of the first match column
+        overlaps hold more than ``NAMED_FROM_ROWS`` rows."""
+        if self.log is None:
+            return False
+        return self.log.rows_overlapping(self._matched_by[0], low, high) > NAMED_FROM_ROWS
 
     def _merge(self, source: DataFrame, within: Column) -> None:
         """Delete the source's ``d`` rows from the table, insert its ``i`` rows."""
@@ -194,8 +224,16 @@ class SparkCommit:
             TXN_VERSION: str(self.epoch),
             USER_METADATA: metadata,
             MAX_RECORDS_PER_FILE: str(ROWS_PER_FILE),
+            # Parquet checks a page against each named value, not their range only.
+            PAGE_FILTER_VALUES: str(NAMED_KEYS),
         }
         return conf_applied(self.spark, settings)
+
+
+def _ranged(kind: DataType | None) -> TypeGuard[DataType]:
+    if isinstance(kind, StringType):
+        return kind == StringType()  # binary collation: Python's order of str
+    return isinstance(kind, RANGED_TYPES)
 
 
 def _copies(rows: DataFrame) -> DataFrame:
