@@ -18,7 +18,9 @@ with its key, so its rows are matched by the key alone, which is all a MERGE
 then reads of the table to find them, and a retracted row has no copies left
 to look up. The table's whole writes are laid out in the order of the match
 columns, and the MERGE bounds the first by the range its deleted rows span, so
-it reads only the files that can hold them. With deletion vectors on,
+it reads only the files that can hold them; when those files are many and the
+rows few, it names their values too, so it reads only the pages that can hold
+them (``_within``). With deletion vectors on,
 Delta marks the deleted rows and keeps the files that hold them: rows and bytes
 written follow the change, not the view. A commit that has no changes to apply
 (``materialized.py`` says when) writes the view whole, in parallel. Each commit
