@@ -21,12 +21,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.errors import PlanError as PlanError
+from dd_etl.errors import first_line
 from dd_etl.local_relations import empty_frame
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
-from dd_etl.operators.reduce import HIGH, LOW
+from dd_etl.operators.reduce import AT, HIGH, LOW
+from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.graph import keyed_leaves
@@ -375,16 +377,60 @@ class Collection:
         return Collection(self.flow, n.Reduce(named, (arranged,), schema, **params))
 
     def top_k(
-        self, key: Sequence[str], order_by: Sequence[str | tuple[str, bool]], k: int
+        self,
+        key: Sequence[str],
+        order_by: Sequence[str | tuple[str, bool]],
+        k: int,
+        *,
+        hierarchical: bool = False,
     ) -> Collection:
-        """The first ``k`` rows of each key by ``order_by`` (names, or ``(name, descending)``)."""
+        """The first ``k`` rows of each key by ``order_by`` (names, or ``(name, descending)``).
+
+        ``hierarchical``: first the top ``k`` of each of 256 buckets of a key (by the
+        row's hash), then of those, so a change re-reads one bucket of its key
+        and the buckets' top rows, not the whole key: for keys that may be large."""
         order = tuple((o, False) if isinstance(o, str) else (o[0], bool(o[1])) for o in order_by)
         unknown = [c for c, _ in order if c not in self.columns]
         if unknown or k < 1:
             raise PlanError(
                 f"top_k: unknown order columns {unknown}" if unknown else "top_k: k must be ≥ 1"
             )
-        return self._reduce(tuple(key), "top_k", self.node.schema, order=order, limit=k)
+        key = tuple(key)
+        if not hierarchical:
+            return self._reduce(key, "top_k", self.node.schema, order=order, limit=k)
+        bucket = F.shiftrightunsigned(F.xxhash64(*self.columns).bitwiseAND(0xFFFFFFFF), 24)
+        bucketed = self.select(*self.columns, __bucket=bucket.cast("long"))
+        level = bucketed._reduce(
+            (*key, "__bucket"), "top_k", bucketed.node.schema, order=order, limit=k
+        )
+        return level.select(*self.columns)._reduce(
+            key, "top_k", self.node.schema, order=order, limit=k
+        )
+
+    def window(self, partition_by: Sequence[str], **calls: str) -> Collection:
+        """The rows with window functions as new columns: each call is Spark SQL
+        over one partition of ``partition_by``, without ``PARTITION BY``, e.g.
+        ``rank="rank() OVER (ORDER BY amount DESC)"``.
+
+        A change re-evaluates the partitions it touches, reading their history:
+        the work follows the partitions touched, not the input (with no
+        ``partition_by``, the input is one partition)."""
+        key = tuple(partition_by)
+        clash = [c for c in calls if c in self.columns]
+        if clash or not calls:
+            raise PlanError(
+                f"window: columns {clash} exist already" if clash else "window: no calls"
+            )
+        reducer = window(tuple(calls.items()))
+
+        def build(df: DataFrame) -> DataFrame:
+            return reducer(df.withColumnRenamed(TIME, AT), key).withColumnRenamed(AT, TIME)
+
+        try:
+            schema = self.flow.infer([self.node], build)
+        except Exception as e:  # Spark's analysis names the call and the column
+            raise PlanError(f"window: {first_line(e)}") from e
+        return self._reduce(key, "window", schema, windows=tuple(calls.items()))
 
     def threshold(self, multiplicity: str) -> Collection:
         """Map each distinct row's multiplicity through a SQL expression of ``_diff``:

@@ -27,6 +27,7 @@ ReduceKind = Literal[
     "collapse",
     "general",
     "accumulate",
+    "window",
 ]
 
 
@@ -140,6 +141,7 @@ class Reduce(Node):
     multiplicity: str = ""  # threshold: SQL expression of `_diff`, the row's count
     function: Callable[[Any], Any] | None = None  # general: pandas group -> pandas rows
     values: tuple[str, ...] = ()  # accumulate: the columns counted and summed
+    windows: tuple[tuple[str, str], ...] = ()  # window: (column, call without PARTITION BY)
 
     @property
     def trace_name(self) -> str:

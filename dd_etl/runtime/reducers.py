@@ -17,6 +17,7 @@ from dd_etl.operators.reduce import (
     threshold,
     top_k,
 )
+from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 
 
@@ -40,6 +41,8 @@ def reducer_for(node: n.Reduce) -> Reducer:
             return collapse
         case "accumulate":
             return accumulation(node.values)
+        case "window":
+            return window(node.windows)
         case "general":
             if node.function is None:
                 raise PlanError(f"reduction {node.id}: a general reduction without a function")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dd_etl.errors import first_line
 from dd_etl.plan.dataflow import PlanError
 
 
@@ -80,3 +81,8 @@ class Located:
 
     def unsupported(self, what: str, node: exp.Expr, why: str = "") -> SqlError:
         return self.error(f"{what} is not supported" + (f" ({why})" if why else ""), node)
+
+
+def spark_reason(e: Exception) -> str:
+    """Why Spark rejected an expression: the first line of its error."""
+    return first_line(e).split(" SQLSTATE")[0]

@@ -72,6 +72,7 @@ def describe(node: n.Node) -> str:
             "max": f" of {node.column}",
             "top_k": f" {node.limit} by {order}",
             "threshold": f" multiplicity {node.multiplicity}",
+            "window": " " + ", ".join(f"{name} = {call}" for name, call in node.windows),
         }.get(node.kind, "")
         return f"reduce {node.kind}{detail} per {_cols(node.key)}"
     if isinstance(node, n.Accumulate):
@@ -88,6 +89,8 @@ def warning(node: n.Node) -> str | None:
     if isinstance(node, n.Join) and any(k.startswith(f"__{CROSS_KEY}") for k in node.left_key):
         return "cross join: each change meets the whole other input"
     if isinstance(node, n.Reduce):
+        if not node.key and node.kind == "window":
+            return "one partition: each change re-evaluates the window over the whole input"
         if not node.key and node.kind in ("top_k", "general", "count"):
             return "one group: each change re-reduces the whole input"
         if node.kind == "general":

@@ -23,10 +23,9 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from dd_etl.errors import first_line
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.plan.sql.coercion import common_type
-from dd_etl.plan.sql.errors import Located, SqlError
+from dd_etl.plan.sql.errors import Located, SqlError, spark_reason
 from dd_etl.plan.sql.frontend import Table
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
 from dd_etl.plan.sql.joins import How, conjuncts, join, join_order
@@ -34,6 +33,7 @@ from dd_etl.plan.sql.recursion import reads, recursive_cte
 from dd_etl.plan.sql.relation import Output, Rel
 from dd_etl.plan.sql.scope import Names, Scope, references, subqueries_of, translate
 from dd_etl.plan.sql.subqueries import Subqueries
+from dd_etl.plan.sql.windows import bound_pushed, evaluate, spell_out_named, window_calls
 
 Ctes = Mapping[str, Output]
 
@@ -217,9 +217,10 @@ class Compiler:
         distinct = node.args.get("distinct")
         if distinct is not None and distinct.args.get("on"):
             raise self.loc.unsupported("DISTINCT ON", node)
-        for key in ("windows", "qualify", "laterals", "connect", "pivots"):
+        for key in ("laterals", "connect", "pivots"):
             if node.args.get(key):
                 raise self.loc.unsupported(key.upper(), node)
+        node = bound_pushed(spell_out_named(node, self.loc))
         where = node.args.get("where")
         rel, rest = self.from_(node, ctes, conjuncts(where.this if where else None))
         for cond in rest:
@@ -234,6 +235,13 @@ class Compiler:
             rel = group(rel, node, items, self.names, self.loc)
         if having:
             rel = self.where(rel, having.this, ctes)
+        qualify = node.args.get("qualify")
+        calls = window_calls([*items, *([qualify.this] if qualify else [])])
+        if calls:
+            bounds = conjuncts(qualify.this) if qualify else []
+            rel = evaluate(rel, calls, bounds, self.names, self.loc)
+        if qualify:
+            rel = self.where(rel, qualify.this, ctes)
 
         named: dict[str, str] = {}
         columns: list[str] = []
@@ -285,7 +293,7 @@ class Compiler:
         except SqlError:
             raise
         except PlanError as e:  # Spark rejects the translated expression
-            raise self.loc.error(f"Spark cannot evaluate it: {_message(e)}", cond) from e
+            raise self.loc.error(f"Spark cannot evaluate it: {spark_reason(e)}", cond) from e
 
     def project(self, rel: Rel, named: dict[str, str], items: list[exp.Expr]) -> Collection:
         """The projection; if Spark rejects it, an error at the first projection it rejects."""
@@ -297,9 +305,9 @@ class Compiler:
                     rel.coll.select(**{column: text})
                 except PlanError as one:
                     raise self.loc.error(
-                        f"Spark cannot evaluate it: {_message(one)}", item
+                        f"Spark cannot evaluate it: {spark_reason(one)}", item
                     ) from one
-            raise self.loc.error(f"Spark cannot evaluate the projection: {_message(e)}") from e
+            raise self.loc.error(f"Spark cannot evaluate the projection: {spark_reason(e)}") from e
 
     # ------------------------------------------------------- ORDER BY / LIMIT
 
@@ -401,10 +409,6 @@ class Compiler:
             return out.coll.select(**named)
 
         return cast(left), cast(right)
-
-
-def _message(e: Exception) -> str:
-    return first_line(e).split(" SQLSTATE")[0]
 
 
 def _typed(t: DataType) -> DataType:

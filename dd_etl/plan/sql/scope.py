@@ -134,6 +134,21 @@ def internal(name: str) -> exp.Column:
 
 def translate(node: exp.Expr, scope: Scope, loc: Located) -> str:
     """The expression as Spark SQL over the scope's internal columns."""
+    return rewrite(node, _resolver(scope, loc, window=False)).sql(dialect="spark")
+
+
+def translate_window(call: exp.Window, scope: Scope, loc: Located) -> str:
+    """A window call as Spark SQL over the scope's internal columns, without its
+    ``PARTITION BY``: the reduction keyed by the partition supplies that."""
+    bare = call.copy()
+    bare.set("partition_by", None)
+    return rewrite(bare, _resolver(scope, loc, window=True)).sql(dialect="spark")
+
+
+def _resolver(scope: Scope, loc: Located, window: bool) -> Callable[[exp.Expr], exp.Expr | None]:
+    """``rewrite``'s replacement of SQL columns (and grouped expressions) by
+    internal columns; ``window``: the root is a window call, whose function
+    may be an aggregate."""
 
     def replace(n: exp.Expr) -> exp.Expr | None:
         for pattern, column in scope.replacements:
@@ -148,12 +163,28 @@ def translate(node: exp.Expr, scope: Scope, loc: Located) -> str:
                     f"column '{n.sql()}' must appear in GROUP BY or inside an aggregate", n
                 )
             raise loc.error(f"column '{n.sql()}' is not in scope here", n)
-        if isinstance(n, exp.AggFunc):
-            raise loc.error("aggregate functions are not allowed here", n)
         if isinstance(n, exp.Window):
-            raise loc.unsupported("window function", n)
+            if window and n.parent is None:
+                return None
+            if window:
+                raise loc.error("a window function is not allowed inside a window call", n)
+            raise loc.error(
+                "a window function is not allowed here (filter by one with QUALIFY, "
+                "or in an outer query)",
+                n,
+            )
+        if isinstance(n, exp.AggFunc) and not (window and _applied_by_root(n)):
+            raise loc.error("aggregate functions are not allowed here", n)
         if isinstance(n, SUBQUERY_TYPES):
             raise loc.unsupported("a subquery in this position", n)
         return None
 
-    return rewrite(node, replace).sql(dialect="spark")
+    return replace
+
+
+def _applied_by_root(function: exp.Expr) -> bool:
+    """The function is the one a root window call applies (``IGNORE NULLS`` aside)."""
+    parent = function.parent
+    while isinstance(parent, exp.IgnoreNulls | exp.RespectNulls):
+        parent = parent.parent
+    return isinstance(parent, exp.Window) and parent.parent is None

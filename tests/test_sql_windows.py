@@ -1,0 +1,175 @@
+"""Window functions equal DuckDB running the same SQL after every epoch: rows
+move between partitions, order keys change and tie, a partition's top row is
+deleted and a partition is emptied; one run of one epoch and one of three."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from dd_etl.plan import Collection, Dataflow
+from dd_etl.plan.sql import SqlError, compile_view, explain
+from dd_etl.runtime import Runtime
+from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
+
+pytestmark = pytest.mark.spark
+
+ORDERS = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("customer", LongType()),
+        StructField("amount", DoubleType()),
+        StructField("ts", LongType()),
+        StructField("status", StringType()),
+    ]
+)
+DUCKDB_TABLES = {"orders": "id BIGINT, customer BIGINT, amount DOUBLE, ts BIGINT, status VARCHAR"}
+
+# DuckDB SQL; ids are unique, so an order ending in id is total
+VIEWS: dict[str, str] = {
+    "latest": "SELECT id, customer, amount FROM orders "
+    "QUALIFY ROW_NUMBER() OVER (PARTITION BY customer ORDER BY ts DESC, id) = 1",
+    "latest_two": "SELECT * FROM (SELECT id, customer, ts, "
+    "ROW_NUMBER() OVER (PARTITION BY customer ORDER BY ts DESC, id) AS rn FROM orders) "
+    "WHERE rn <= 2",
+    "ranks": "SELECT id, RANK() OVER (PARTITION BY customer ORDER BY amount DESC) AS r, "
+    "DENSE_RANK() OVER (PARTITION BY customer ORDER BY amount DESC) AS dr, "
+    "PERCENT_RANK() OVER (PARTITION BY customer ORDER BY amount) AS pr FROM orders",
+    "neighbours": "SELECT id, LAG(amount) OVER (PARTITION BY customer ORDER BY ts, id) AS prev, "
+    "LEAD(amount, 2, -1.0) OVER (PARTITION BY customer ORDER BY ts, id) AS after_next, "
+    "NTILE(2) OVER (PARTITION BY customer ORDER BY ts, id) AS half FROM orders",
+    "running": "SELECT id, SUM(amount) OVER (PARTITION BY customer ORDER BY ts, id "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run, "
+    "COUNT(amount) OVER (PARTITION BY customer ORDER BY ts "
+    "RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) AS recent, "
+    "MAX(amount) OVER (PARTITION BY customer ORDER BY ts) AS peak FROM orders",
+    "ends": "SELECT id, FIRST_VALUE(amount) OVER (PARTITION BY customer ORDER BY ts, id) AS first, "
+    "LAST_VALUE(amount) OVER (PARTITION BY customer ORDER BY ts, id "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last FROM orders",
+    "whole": "SELECT id, COUNT(*) OVER () AS n, "
+    "ROW_NUMBER() OVER (ORDER BY amount DESC NULLS LAST, id) AS pos FROM orders",
+    "grouped": "SELECT customer, SUM(amount) AS total, "
+    "RANK() OVER (ORDER BY COUNT(*) DESC) AS by_count FROM orders GROUP BY customer",
+    "named": "SELECT id, SUM(amount) OVER w AS s, COUNT(*) OVER (w ORDER BY ts, id) AS c "
+    "FROM orders WINDOW w AS (PARTITION BY status)",
+    "computed_partition": "SELECT DISTINCT customer % 2 AS parity, status, "
+    "COUNT(*) OVER (PARTITION BY customer % 2, status) AS n FROM orders",
+}
+
+
+def build(spark: SparkSession, warehouse: Path) -> Runtime:
+    flow = Dataflow(spark, warehouse)
+    tables: dict[str, Collection] = {"orders": flow.source("orders", ORDERS, key=["id"])}
+    for name, sql in VIEWS.items():
+        compile_view(flow, sql, tables, name=name, dialect="duckdb")
+    return Runtime(flow)
+
+
+def order(rng: random.Random, id_: int) -> Row:
+    return (
+        id_,
+        rng.choice([1, 2, 3, None]),
+        rng.choice([5.0, 12.5, 20.0, None]),
+        rng.randrange(5),
+        rng.choice(["new", "paid"]),
+    )
+
+
+def epoch_changes(
+    rng: random.Random, live: dict[int, Row], next_id: int, epoch: int
+) -> tuple[list[tuple[Row, int]], int]:
+    """Inserts, updates (a new customer, time or amount) and deletes; epoch 2
+    deletes the top row of customer 1's partition and empties customer 2's."""
+    changes: list[tuple[Row, int]] = []
+
+    def remove(id_: int) -> None:
+        changes.append((live.pop(id_), -1))
+
+    def put(row: Row) -> None:
+        live[row[0]] = row
+        changes.append((row, 1))
+
+    for _ in range(rng.randrange(3, 8)):
+        put(order(rng, next_id))
+        next_id += 1
+    for id_ in rng.sample(sorted(live), k=min(len(live), 3)):
+        old = live[id_]
+        remove(id_)
+        put((id_, *order(rng, id_)[1:3], old[3], old[4]) if rng.random() < 0.5 else order(rng, id_))
+    if epoch == 2:
+        ones = [r for r in live.values() if r[1] == 1]
+        if ones:
+            remove(max(ones, key=lambda r: (r[3], -r[0]))[0])
+        for row in [r for r in live.values() if r[1] == 2]:
+            remove(row[0])
+    elif live:
+        remove(rng.choice(sorted(live)))
+    return changes, next_id
+
+
+def test_window_views_equal_duckdb_after_every_epoch(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(5)
+    rt = build(spark, tmp_path / "warehouse")
+    live: dict[int, Row] = {}
+    history: list[dict[str, Counter[Row]]] = []
+    next_id, epoch = 0, 0
+    for epochs_in_run in (1, 3):
+        for _ in range(epochs_in_run):
+            changes, next_id = epoch_changes(rng, live, next_id, epoch)
+            append_changes(spark, rt, "orders", ORDERS, changes, epoch)
+            history.append({"orders": Counter(live.values())})
+            epoch += 1
+        assert rt.run().upper == epoch
+    wrong = mismatches(rt, list(VIEWS), duckdb_results(history, DUCKDB_TABLES, VIEWS))
+    assert not wrong, wrong
+
+
+def _compiled(spark: SparkSession, warehouse: Path, sql: str) -> Collection:
+    flow = Dataflow(spark, warehouse)
+    return compile_view(
+        flow, sql, {"orders": flow.source("orders", ORDERS)}, name="v", dialect="duckdb"
+    )
+
+
+def test_explain_shows_the_partition_and_a_single_partition_costs(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    partitioned = explain(_compiled(spark, tmp_path, VIEWS["latest"]))
+    assert "reduce window" in partitioned and "ROW_NUMBER() OVER (ORDER BY" in partitioned
+    assert "per (customer" in partitioned and "not incremental" not in partitioned
+    whole = explain(_compiled(spark, tmp_path, VIEWS["whole"]))
+    assert "[not incremental: one partition" in whole
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT id FROM orders WHERE ROW_NUMBER() OVER (ORDER BY id) = 1", "QUALIFY"),
+        ("SELECT SUM(ROW_NUMBER() OVER (ORDER BY id)) OVER () FROM orders", "inside a window"),
+        ("SELECT RANK() OVER (PARTITION BY customer) FROM orders", "Spark cannot evaluate"),
+        ("SELECT SUM(amount) OVER w FROM orders WINDOW v AS (ORDER BY ts)", "unknown window"),
+    ],
+)
+def test_misplaced_window_calls_are_located(
+    spark: SparkSession, tmp_path: Path, sql: str, expected: str
+) -> None:
+    with pytest.raises(SqlError) as info:
+        _compiled(spark, tmp_path, sql)
+    assert expected in str(info.value) and "line 1, col" in str(info.value), str(info.value)
+
+
+def test_a_row_number_bound_keeps_the_first_rows_by_a_hierarchical_top_k(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """QUALIFY and an outer WHERE alike: the window numbers the rows a top-k of
+    the partition kept (buckets, then their top rows), not the partition."""
+    for name in ("latest", "latest_two"):
+        text = explain(_compiled(spark, tmp_path, VIEWS[name]))
+        top = [line for line in text.splitlines() if "reduce top_k" in line]
+        assert len(top) == 2 and "per (customer, __bucket)" in top[1], text
+        assert text.index("reduce window") < text.index("reduce top_k"), text
