@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 
 from dd_etl.plan import Collection, Dataflow
 from dd_etl.plan.sql import SqlError, compile_view, explain
+from dd_etl.plan.sql.grouping import grouping_sets
 from dd_etl.runtime import Runtime
 from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
 
@@ -85,6 +86,15 @@ VIEWS: dict[str, str] = {
     "filtered": "SELECT COUNT(*) FILTER (WHERE fare > 5) AS n, "
     "SUM(fare) FILTER (WHERE tag = 'a') AS s FROM trips",
     "distinct": "SELECT DISTINCT pc, tag FROM trips",
+    # grouping sets
+    "rollup": "SELECT pc, tag, COUNT(*) AS n, SUM(fare) AS s, GROUPING(pc) AS gp, "
+    "GROUPING(pc, tag) AS g FROM trips GROUP BY ROLLUP (pc, tag)",
+    "cube_spark": "SELECT pc, tag, grouping_id(pc, tag) AS g, MAX(fare) AS mx "
+    "FROM trips GROUP BY CUBE(pc, tag)",
+    "sets": "SELECT pc % 2 AS parity, tag, COUNT(*) AS n FROM trips "
+    "GROUP BY GROUPING SETS ((pc % 2, tag), (tag), ()) HAVING COUNT(*) > 1",
+    "rollup_crossed": "SELECT day, pc, COUNT(fare) AS n FROM trips GROUP BY day, ROLLUP (pc)",
+    "rollup_empty": "SELECT label, COUNT(*) AS n FROM zones GROUP BY ROLLUP (label)",
     # set operations
     "union": "SELECT pc FROM trips UNION SELECT pc FROM zones",
     "union_all": "SELECT pc, tag AS x FROM trips UNION ALL SELECT pc, label FROM zones",
@@ -250,6 +260,11 @@ UNSUPPORTED = {
     ),
     "SELECT id, (SELECT COUNT(*) FROM zones z\n  WHERE z.pc = t.pc AND z.label <> t.tag) AS n "
     "FROM trips t": ("line 2, col 25", "correlated condition is not supported", "z.label <> t.tag"),
+    "SELECT GROUPING(tag), COUNT(*) FROM trips GROUP BY ROLLUP (pc)": (
+        "line 1, col 8",
+        "GROUPING of 'trips.tag', not a GROUP BY key",
+        "GROUPING(trips.tag)",
+    ),
     "SELECT id FROM trips LIMIT id": ("", "LIMIT or OFFSET that is not a number", "LIMIT trips.id"),
     "SELECT id,\n  no_such_function(fare) AS x FROM trips": (
         "line 2, col 3",
@@ -274,3 +289,19 @@ def test_unsupported_constructs_are_quoted_with_their_position(
     message = str(info.value)
     assert message.startswith("view bad"), message
     assert where in message and what in message and quoted in message, message
+
+
+@pytest.mark.parametrize(
+    ("group_by", "expected"),
+    [
+        ("a, b", [["a", "b"]]),
+        ("ROLLUP (a, b)", [["a", "b"], ["a"], []]),
+        ("a, b WITH ROLLUP", [["a", "b"], ["a"], []]),
+        ("CUBE (a, (b, c))", [["a", "b", "c"], ["a"], ["b", "c"], []]),
+        ("GROUPING SETS ((a, b), a, ())", [["a", "b"], ["a"], []]),
+        ("a, ROLLUP (b), CUBE (c)", [["a", "b", "c"], ["a", "b"], ["a", "c"], ["a"]]),
+    ],
+)
+def test_grouping_sets_expand_as_sql_defines_them(group_by: str, expected: list[list[str]]) -> None:
+    clause = sqlglot.parse_one(f"SELECT 1 FROM t GROUP BY {group_by}", read="spark").args["group"]
+    assert [[e.sql() for e in s] for s in grouping_sets(clause)] == expected

@@ -2,6 +2,10 @@
 ``Collection.aggregate`` (COUNT/SUM/AVG accumulated in place, MIN/MAX as
 hierarchical reductions, DISTINCT aggregates over a DISTINCT projection).
 
+GROUPING SETS, ROLLUP and CUBE are the union of one aggregation per grouping
+set, the keys outside the set NULL and ``GROUPING()``/``GROUPING_ID()`` a
+constant of each set: every part is maintained as a plain GROUP BY is.
+
 After grouping, the group key expressions and the aggregate calls are columns;
 the query's projections, HAVING and ORDER BY are translated against them, and
 any other column reference is an error, as in SQL.
@@ -9,9 +13,13 @@ any other column reference is an error, as in SQL.
 
 from __future__ import annotations
 
+from itertools import combinations, product
+
+from pyspark.sql import functions as F
 from sqlglot import exp
 
 from dd_etl.plan import aggregates as agg
+from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.sql.errors import Located
 from dd_etl.plan.sql.relation import Rel
 from dd_etl.plan.sql.scope import Names, Scope, translate, walk_local
@@ -23,6 +31,8 @@ FUNCTIONS: dict[type[exp.Expr], agg.Function] = {
     exp.Min: "min",
     exp.Max: "max",
 }
+GROUPING_CALLS = (exp.Grouping, exp.GroupingId)
+"""Whether a key is aggregated away in a grouping set: a constant of each set."""
 
 
 def is_aggregate_query(select: exp.Select, items: list[exp.Expr]) -> bool:
@@ -36,8 +46,8 @@ def aggregate_calls(items: list[exp.Expr]) -> list[exp.Expr]:
     calls: list[exp.Expr] = []
     for item in items:
         for n in walk_local(item):
-            if isinstance(n.parent, exp.Window):  # a window function, refused later
-                continue
+            if isinstance(n.parent, exp.Window) or isinstance(n, GROUPING_CALLS):
+                continue  # a window's function; GROUPING() (``group``)
             if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Filter):
                 call: exp.Expr = n
             elif isinstance(n, exp.Filter) and isinstance(n.this, exp.AggFunc):
@@ -83,15 +93,69 @@ def _aggregate(call: exp.Expr, scope: Scope, loc: Located) -> agg.Aggregate:
     return agg.Aggregate(function, value, distinct)
 
 
+def grouping_sets(clause: exp.Group) -> list[list[exp.Expr]]:
+    """The grouping sets of a GROUP BY clause: one for plain keys; ROLLUP,
+    CUBE and GROUPING SETS expanded, several of them crossed (``GROUP BY a,
+    ROLLUP(b)`` is ``(a, b), (a)``), as SQL defines them."""
+    parts: list[list[list[exp.Expr]]] = []
+    plain: list[exp.Expr] = []
+    for item in clause.expressions:
+        if isinstance(item, exp.Rollup):
+            parts.append(_rollup([_items(e) for e in item.expressions]))
+        elif isinstance(item, exp.Cube):
+            parts.append(_cube([_items(e) for e in item.expressions]))
+        elif isinstance(item, exp.GroupingSets):
+            parts.append([_items(e) for e in item.expressions])
+        else:
+            plain.append(item)
+    if clause.args.get("rollup"):  # GROUP BY a, b WITH ROLLUP
+        parts.append(_rollup([[e] for e in plain]))
+        plain = []
+    elif clause.args.get("cube"):
+        parts.append(_cube([[e] for e in plain]))
+        plain = []
+    sets = [plain]
+    for part in parts:
+        sets = [[*s, *extra] for s, extra in product(sets, part)]
+    return sets
+
+
+def _items(node: exp.Expr) -> list[exp.Expr]:
+    """``(a, b)`` as its expressions, ``()`` as none, anything else as itself."""
+    if isinstance(node, exp.Tuple):
+        return list(node.expressions)
+    if isinstance(node, exp.Paren):
+        return [node.this]
+    return [node]
+
+
+def _rollup(items: list[list[exp.Expr]]) -> list[list[exp.Expr]]:
+    return [[e for item in items[:n] for e in item] for n in range(len(items), -1, -1)]
+
+
+def _cube(items: list[list[exp.Expr]]) -> list[list[exp.Expr]]:
+    return [
+        [e for item in chosen for e in item]
+        for n in range(len(items), -1, -1)
+        for chosen in combinations(items, n)
+    ]
+
+
+def _unique(exprs: list[exp.Expr]) -> list[exp.Expr]:
+    out: list[exp.Expr] = []
+    for e in exprs:
+        if e not in out:
+            out.append(e)
+    return out
+
+
 def group(rel: Rel, select: exp.Select, items: list[exp.Expr], names: Names, loc: Located) -> Rel:
     """The relation grouped by the query's GROUP BY (one group if there is none),
     with one column per group key and per aggregate call in ``items``."""
     clause = select.args.get("group")
-    keys: list[exp.Expr] = list(clause.expressions) if clause else []
-    for other in ("rollup", "cube", "grouping_sets"):
-        if clause and clause.args.get(other):
-            raise loc.unsupported(other.upper().replace("_", " "), clause)
-    by: list[str] = []
+    sets = grouping_sets(clause) if clause else [[]]
+    keys = _unique([k for s in sets for k in s])
+    column_of: list[str] = []
     computed: dict[str, str] = {}
     after = Scope(grouped=True)
     for key in keys:
@@ -102,14 +166,45 @@ def group(rel: Rel, select: exp.Select, items: list[exp.Expr], names: Names, loc
             column = names.hidden("group")
             computed[column] = translate(key, rel.scope, loc)
             after.replacements.append((key, column))
-        if column not in by:
-            by.append(column)
+        column_of.append(column)
+    by = list(dict.fromkeys(column_of))
     aggregates: dict[str, agg.Aggregate] = {}
     for call in aggregate_calls(items):
         name = names.hidden("agg")
         aggregates[name] = _aggregate(call, rel.scope, loc)
         after.replacements.append((call, name))
+    flags: dict[str, list[exp.Expr]] = {}
+    for call in _grouping_calls(items):
+        args = list(call.expressions) or keys  # GROUPING_ID(): every key
+        for arg in args:
+            if arg not in keys:
+                raise loc.error(f"{call.key.upper()} of '{arg.sql()}', not a GROUP BY key", call)
+        name = names.hidden("grouping")
+        flags[name] = args
+        after.replacements.append((call, name))
     pre = rel.extend(**computed).coll
-    # GROUP BY without aggregates: the distinct groups
-    grouped = pre.aggregate(by, **aggregates) if aggregates else pre.select(*by).distinct()
-    return Rel(grouped, after)
+
+    def grouped_by(columns: list[str]) -> Collection:
+        if aggregates:
+            return pre.aggregate(columns, **aggregates)
+        return pre.select(*columns).distinct()  # GROUP BY without aggregates: the groups
+
+    if len(sets) == 1 and not flags:
+        return Rel(grouped_by(by), after)
+    parts = []
+    for grouping_set in sets:
+        present = {column_of[keys.index(k)] for k in grouping_set}
+        part = grouped_by([c for c in by if c in present])
+        types = {f.name: f.dataType for f in pre.node.schema.fields}
+        named = {c: F.col(c) if c in present else F.lit(None).cast(types[c]) for c in by}
+        named |= {a: F.col(a) for a in aggregates}
+        for name, args in flags.items():
+            absent = [int(column_of[keys.index(a)] not in present) for a in args]
+            named[name] = F.lit(int("".join(map(str, absent)), 2)).cast("long")
+        parts.append(part.select(**named))
+    return Rel(parts[0].concat(*parts[1:]), after)
+
+
+def _grouping_calls(items: list[exp.Expr]) -> list[exp.Expr]:
+    """``GROUPING(…)`` and ``GROUPING_ID(…)`` calls in ``items``, each once."""
+    return _unique([n for i in items for n in walk_local(i) if isinstance(n, GROUPING_CALLS)])
