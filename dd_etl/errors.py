@@ -20,6 +20,8 @@ Exit statuses (``dd-etl`` also exits 1 when ``verify`` finds a mismatch):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -79,18 +81,43 @@ class PipelineError(DdEtlError):
     exit_code = 3
 
 
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One problem of a pipeline file: the key path, what is wrong, and its line."""
+
+    key: str
+    reason: str
+    line: int | None = None
+
+    def located(self, file: str) -> str:
+        """The problem as ``file:line: key: reason``, so it can be found alone."""
+        where = f"{file}:{self.line}" if self.line is not None else file
+        return f"{where}: {self.key}: {self.reason}" if self.key else f"{where}: {self.reason}"
+
+
 class ConfigError(PipelineError):
-    """The pipeline file is invalid: names the file, the line, the key path and the reason."""
+    """The pipeline file is invalid: names the file, the line, the key path and the reason.
+
+    ``key``, ``reason`` and ``line`` are the first problem; ``more`` are the others
+    found in the same check, listed after it in the message (``problems`` holds them
+    all), so that one run shows everything to fix in the file."""
 
     exit_code = 2
 
-    def __init__(self, file: Path | str, key: str, reason: str, line: int | None = None) -> None:
+    def __init__(
+        self,
+        file: Path | str,
+        key: str,
+        reason: str,
+        line: int | None = None,
+        more: Sequence[ConfigProblem] = (),
+    ) -> None:
         self.file = str(file)
         self.key = key
         self.reason = reason
         self.line = line
-        where = f"{self.file}:{line}" if line is not None else self.file
-        super().__init__(f"{where}: {key}: {reason}" if key else f"{where}: {reason}")
+        self.problems = (ConfigProblem(key, reason, line), *more)
+        super().__init__("; ".join(p.located(self.file) for p in self.problems))
 
 
 class SourceError(PipelineError):
@@ -136,3 +163,8 @@ class PlanError(DdEtlError, ValueError):
     """A dataflow that cannot be built: names the operator and what is wrong."""
 
     exit_code = 2
+
+
+class NotDeterministic(PlanError):
+    """An operator calls a function Spark marks non-deterministic: its rows
+    could not be retracted by value."""

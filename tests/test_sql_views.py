@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlglot
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DateType,
     DoubleType,
@@ -265,6 +266,12 @@ UNSUPPORTED = {
         "GROUPING of 'trips.tag', not a GROUP BY key",
         "GROUPING(trips.tag)",
     ),
+    "SELECT id,\n  rand() AS r FROM trips": ("line 2, col 3", "random value is not deterministic", "RANDOM()"),
+    "SELECT id FROM trips WHERE day < CURRENT_DATE": (
+        "line 1, col 34",
+        "time of evaluation is not deterministic",
+        "CURRENT_DATE",
+    ),
     "SELECT id FROM trips LIMIT id": ("", "LIMIT or OFFSET that is not a number", "LIMIT trips.id"),
     "SELECT id,\n  no_such_function(fare) AS x FROM trips": (
         "line 2, col 3",
@@ -305,3 +312,17 @@ def test_unsupported_constructs_are_quoted_with_their_position(
 def test_grouping_sets_expand_as_sql_defines_them(group_by: str, expected: list[list[str]]) -> None:
     clause = sqlglot.parse_one(f"SELECT 1 FROM t GROUP BY {group_by}", read="spark").args["group"]
     assert [[e.sql() for e in s] for s in grouping_sets(clause)] == expected
+
+
+def test_a_function_spark_marks_non_deterministic_is_refused_where_it_is_called(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A user function registered as non-deterministic, which no list of names
+    can know: Spark's own flag refuses it, at the projection that calls it."""
+    spark.udf.register("jitter", F.udf(lambda x: x, "long").asNondeterministic())
+    flow = Dataflow(spark, tmp_path / "warehouse")
+    trips = flow.source("trips", TRIPS, key=["id"])
+    with pytest.raises(SqlError) as info:
+        compile_view(flow, "SELECT id,\n  jitter(pc) AS j FROM trips", {"trips": trips}, name="v")
+    message = str(info.value)
+    assert "line 2, col 3" in message and "not deterministic" in message, message

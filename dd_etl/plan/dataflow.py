@@ -20,8 +20,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.errors import NotDeterministic, first_line
 from dd_etl.errors import PlanError as PlanError
-from dd_etl.errors import first_line
 from dd_etl.local_relations import empty_frame
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
@@ -132,6 +132,11 @@ class Dataflow:
         """The data schema of an operator, found by applying it to empty inputs."""
         frames = [self.empty_updates(i.schema) for i in inputs]
         out: DataFrame = build(*frames)  # type: ignore[operator]
+        if not out._jdf.queryExecution().analyzed().deterministic():
+            raise NotDeterministic(
+                "not deterministic (Spark says so of a function it calls): a re-run would "
+                "compute other rows than those retracted later"
+            )
         data = linear.data_columns(out)
         return StructType([out.schema[c] for c in data])
 
@@ -153,6 +158,8 @@ class Collection:
         inputs = (self.node, *(o.node for o in others))
         try:
             schema = self.flow.infer(inputs, build)
+        except NotDeterministic:
+            raise
         except Exception as e:  # Spark's analysis errors name the column and position
             raise PlanError(f"{cls.__name__.lower()}: {e}") from e
         ids = tuple(i.id for i in inputs)
@@ -428,6 +435,8 @@ class Collection:
 
         try:
             schema = self.flow.infer([self.node], build)
+        except NotDeterministic:
+            raise
         except Exception as e:  # Spark's analysis names the call and the column
             raise PlanError(f"window: {first_line(e)}") from e
         return self._reduce(key, "window", schema, windows=tuple(calls.items()))

@@ -7,9 +7,11 @@ the construct, so a pipeline author can find it without reading the plan:
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
-from dd_etl.errors import first_line
+from dd_etl.errors import NotDeterministic, first_line
 from dd_etl.plan.dataflow import PlanError
 
 
@@ -73,11 +75,21 @@ class Located:
         ``node``); without any recorded position, at none."""
         text = message if node is None else f'{message} in "{quote(node, self.dialect)}"'
         anchor = position if position is not None else node
-        offset = start_of(anchor) if anchor is not None else None
+        offset = self._offset(anchor) if anchor is not None else None
         if offset is None:
             return SqlError(self.view, text)
         line, col = line_col(self.sql, offset)
         return SqlError(self.view, text, line, col)
+
+    def _offset(self, node: exp.Expr) -> int | None:
+        """Where ``node`` starts: a token's recorded offset, or for a function
+        without one (``CURRENT_DATE``), its name's first place in the text."""
+        offset = start_of(node)
+        if offset is None and isinstance(node, exp.Func):
+            name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
+            found = re.search(rf"\b{re.escape(name)}\b", self.sql, re.IGNORECASE)
+            offset = found.start() if found else None
+        return offset
 
     def unsupported(self, what: str, node: exp.Expr, why: str = "") -> SqlError:
         return self.error(f"{what} is not supported" + (f" ({why})" if why else ""), node)
@@ -86,3 +98,10 @@ class Located:
 def spark_reason(e: Exception) -> str:
     """Why Spark rejected an expression: the first line of its error."""
     return first_line(e).split(" SQLSTATE")[0]
+
+
+def rejection(e: Exception) -> str:
+    """Why an expression cannot be an operator's, as an error about it says it."""
+    if isinstance(e, NotDeterministic):
+        return str(e)
+    return f"Spark cannot evaluate it: {spark_reason(e)}"

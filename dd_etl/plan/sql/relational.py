@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.plan.sql.coercion import common_type
-from dd_etl.plan.sql.errors import Located, SqlError, spark_reason
+from dd_etl.plan.sql.errors import Located, SqlError, rejection, spark_reason
 from dd_etl.plan.sql.frontend import Table
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
 from dd_etl.plan.sql.joins import How, conjuncts, join, join_order
@@ -293,7 +293,7 @@ class Compiler:
         except SqlError:
             raise
         except PlanError as e:  # Spark rejects the translated expression
-            raise self.loc.error(f"Spark cannot evaluate it: {spark_reason(e)}", cond) from e
+            raise self.loc.error(rejection(e), cond) from e
 
     def project(self, rel: Rel, named: dict[str, str], items: list[exp.Expr]) -> Collection:
         """The projection; if Spark rejects it, an error at the first projection it rejects."""
@@ -304,9 +304,7 @@ class Compiler:
                 try:
                     rel.coll.select(**{column: text})
                 except PlanError as one:
-                    raise self.loc.error(
-                        f"Spark cannot evaluate it: {spark_reason(one)}", item
-                    ) from one
+                    raise self.loc.error(rejection(one), item) from one
             raise self.loc.error(f"Spark cannot evaluate the projection: {spark_reason(e)}") from e
 
     # ------------------------------------------------------- ORDER BY / LIMIT

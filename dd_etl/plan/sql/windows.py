@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dd_etl.errors import PlanError
-from dd_etl.plan.sql.errors import Located, spark_reason
+from dd_etl.plan.sql.errors import Located, rejection, spark_reason
 from dd_etl.plan.sql.joins import conjuncts
 from dd_etl.plan.sql.relation import Rel
 from dd_etl.plan.sql.scope import Names, Scope, translate, translate_window, walk_local
@@ -82,7 +82,7 @@ def evaluate(
                 try:
                     coll.window(partition, **{name: texts[name]})
                 except PlanError as one:
-                    raise loc.error(f"Spark cannot evaluate it: {spark_reason(one)}", call) from one
+                    raise loc.error(rejection(one), call) from one
             raise loc.error(f"Spark cannot evaluate the window calls: {spark_reason(e)}") from e
         replacements += [(call, name) for name, call in named.items()]
     return Rel(coll, Scope(rel.scope.columns, replacements, rel.scope.grouped))
