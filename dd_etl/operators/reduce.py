@@ -74,6 +74,24 @@ def _per_key(acc: DataFrame, key: Sequence[str], aggregates: Sequence[str]) -> D
     return sql_text.select(sql_text.group(acc, [*key, AT], aggregates), ["*", _ONCE])
 
 
+def each_copy(acc: DataFrame) -> DataFrame:
+    """Every row as often as its multiplicity (without ``_diff``): what a
+    function of a bag reads, where equal rows count one by one."""
+    data = [quote(c) for c in acc.columns if c not in (AT, DIFF)]
+    copy = f"explode(sequence(1, {quote(DIFF)})) AS __copy"
+    return sql_text.select(acc, [*data, quote(AT), copy]).drop("__copy")
+
+
+def aggregation(calls: Sequence[tuple[str, str]]) -> Reducer:
+    """Spark SQL aggregate calls (``percentile(x, 0.5)``, ``collect_set(x)``, any
+    Spark has) over each key's rows: exact, re-evaluated over the touched keys."""
+
+    def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
+        return _per_key(each_copy(acc), key, [f"{text} AS {quote(name)}" for name, text in calls])
+
+    return reduce
+
+
 def top_k(order: Sequence[tuple[str, bool]], k: int) -> Reducer:
     """The first ``k`` rows per key by ``order`` (SQL ORDER BY … LIMIT per group),
     counting each row as often as its multiplicity; ties broken by the whole row
@@ -81,7 +99,7 @@ def top_k(order: Sequence[tuple[str, bool]], k: int) -> Reducer:
 
     def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
         data = [c for c in acc.columns if c not in (AT, DIFF)]
-        copies = acc.select(*data, AT, F.explode(F.sequence(F.lit(1), F.col(DIFF))).alias("__copy"))
+        copies = each_copy(acc)
         ordering = [F.col(c).desc() if desc else F.col(c).asc() for c, desc in order]
         window = Window.partitionBy(*key, AT).orderBy(*ordering, *data)
         kept = copies.withColumn("__rank", F.row_number().over(window)).where(F.col("__rank") <= k)

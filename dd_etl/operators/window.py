@@ -27,7 +27,7 @@ from sqlglot.errors import ParseError
 
 from dd_etl import sql_text
 from dd_etl.errors import PlanError
-from dd_etl.operators.reduce import AT, Reducer
+from dd_etl.operators.reduce import AT, Reducer, each_copy
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF
 
@@ -84,9 +84,7 @@ def window(calls: Sequence[Call]) -> Reducer:
     def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
         data = [c for c in acc.columns if c not in (AT, DIFF)]
         ties = _orderable(acc.schema, data)
-        copies = sql_text.select(
-            acc, [*map(quote, data), quote(AT), f"explode(sequence(1, {quote(DIFF)})) AS __copy"]
-        )
+        copies = each_copy(acc)
         values = [
             f"{partitioned(call, [*key, AT], ties)} AS {quote(name)}" for name, call in parsed
         ]

@@ -3,36 +3,39 @@
 ``Aggregate`` says what to compute; ``build_aggregate`` lays out the dataflow:
 one accumulation for every COUNT/SUM/AVG (they share the per-group state
 ``(rows, non-NULL count, sum)``), one hierarchy of reductions per expression
-under MIN or MAX (it carries both), and a DISTINCT projection feeding an
-accumulation for each DISTINCT aggregate. The parts are collapsed into one row
-per group by a single reduction, which reads the parts' own traces (each keyed
-by the group) rather than an arrangement of their union.
+under MIN or MAX (it carries both), a DISTINCT projection feeding an
+accumulation for each DISTINCT aggregate, and one reduction for every other
+aggregate Spark has (``call``: re-evaluated over each touched group). The
+parts are collapsed into one row per group by a single reduction, which reads
+the parts' own traces (each keyed by the group) rather than an arrangement of
+their union.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from dd_etl.operators.accumulate import ROWS, nn, total
 from dd_etl.operators.linear import Expr, col
-from dd_etl.operators.reduce import HIGH, LOW
+from dd_etl.operators.reduce import HIGH, LOW, aggregation
 from dd_etl.sql_text import cast, quote
 
 if TYPE_CHECKING:
     from dd_etl.plan.dataflow import Collection
 
-Function = Literal["count", "sum", "avg", "min", "max"]
+Function = Literal["count", "sum", "avg", "min", "max", "call"]
 
 
 @dataclass(frozen=True)
 class Aggregate:
     function: Function
-    expr: Expr | None = None  # None: COUNT(*)
+    expr: Expr | None = None  # None: COUNT(*); for a call, the call itself
     distinct: bool = False
+    empty: Any = None  # a call's value over no rows (0 for a count, [] for a list)
 
 
 def count(expr: Expr | None = None, distinct: bool = False) -> Aggregate:
@@ -53,6 +56,13 @@ def min_(expr: Expr) -> Aggregate:
 
 def max_(expr: Expr) -> Aggregate:
     return Aggregate("max", expr)
+
+
+def call(text: str, empty: Any = None) -> Aggregate:
+    """Any Spark SQL aggregate call over the input's columns, e.g.
+    ``"percentile(fare, 0.9)"``: exact, as a reduction over each touched group's
+    rows. ``empty``: its value over no rows, for an aggregate without groups."""
+    return Aggregate("call", text, empty=empty)
 
 
 def _finish(function: Function, value: str) -> str:
@@ -81,7 +91,7 @@ def build_aggregate(
     result, groups = _grouped(everything, (GLOBAL_GROUP,), aggregates)
     rows = result.select(*aggregates)
     schema = rows.node.schema
-    defaults = [0 if a.function == "count" else None for a in aggregates.values()]
+    defaults = [0 if a.function == "count" else a.empty for a in aggregates.values()]
     empty = source.flow.constant([defaults], schema)
     present = groups.select(
         *(
@@ -96,13 +106,10 @@ def _grouped(
     source: Collection, by: tuple[str, ...], aggregates: dict[str, Aggregate]
 ) -> tuple[Collection, Collection]:
     """The aggregates per group present, and the group rows they hang off."""
-    inputs = {
-        f"__v{i}": col(a.expr) for i, a in enumerate(aggregates.values()) if a.expr is not None
-    }
+    valued = {n: a for n, a in aggregates.items() if a.expr is not None and a.function != "call"}
+    value_of = {name: f"__v{i}" for i, name in enumerate(valued)}
+    inputs = {value_of[n]: col(a.expr) for n, a in valued.items() if a.expr is not None}
     projected = source.select(*by, **inputs)
-    value_of = {
-        name: f"__v{i}" for i, (name, a) in enumerate(aggregates.items()) if a.expr is not None
-    }
 
     plain = [
         n for n, a in aggregates.items() if a.function in ("count", "sum", "avg") and not a.distinct
@@ -116,8 +123,11 @@ def _grouped(
     parts = [groups.select(*by, **finals)]
     # MIN and MAX of one expression share one hierarchy, which carries both
     extremes: dict[str, list[str]] = {}
+    calls = {n: str(a.expr) for n, a in aggregates.items() if a.function == "call"}
+    if calls:
+        parts.append(_called(source, by, calls))
     for name, a in aggregates.items():
-        if name in finals:
+        if name in finals or name in calls:
             continue
         value = value_of.get(name)
         if value is None:
@@ -133,6 +143,13 @@ def _grouped(
         side = {"min": LOW, "max": HIGH}
         parts.append(both.select(*by, **{m: quote(side[aggregates[m].function]) for m in names}))
     return _collapse(parts, by, list(aggregates)), groups
+
+
+def _called(source: Collection, by: tuple[str, ...], calls: dict[str, str]) -> Collection:
+    """The calls per group, by one reduction over the groups' rows."""
+    named = tuple(calls.items())
+    schema = source.flow.reduced_schema(source.node, by, aggregation(named), "aggregate")
+    return source._reduce(by, "aggregate", schema, calls=named)
 
 
 def _collapse(parts: list[Collection], by: tuple[str, ...], names: list[str]) -> Collection:

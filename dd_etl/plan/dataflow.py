@@ -27,7 +27,7 @@ from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
 from dd_etl.operators.linear import Expr
-from dd_etl.operators.reduce import AT, HIGH, LOW
+from dd_etl.operators.reduce import AT, HIGH, LOW, Reducer
 from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
@@ -139,6 +139,23 @@ class Dataflow:
             )
         data = linear.data_columns(out)
         return StructType([out.schema[c] for c in data])
+
+    def reduced_schema(
+        self, node: n.Node, key: tuple[str, ...], reducer: Reducer, what: str
+    ) -> StructType:
+        """The data schema of a reduction of ``node`` by ``key``, from Spark's
+        analysis of ``reducer`` on no rows, which also refuses calls it cannot
+        evaluate, naming them."""
+
+        def build(df: DataFrame) -> DataFrame:
+            return reducer(df.withColumnRenamed(TIME, AT), key).withColumnRenamed(AT, TIME)
+
+        try:
+            return self.infer([node], build)
+        except NotDeterministic:
+            raise
+        except Exception as e:  # Spark's analysis names the call and the column
+            raise PlanError(f"{what}: {first_line(e)}") from e
 
 
 class Collection:
@@ -428,18 +445,9 @@ class Collection:
             raise PlanError(
                 f"window: columns {clash} exist already" if clash else "window: no calls"
             )
-        reducer = window(tuple(calls.items()))
-
-        def build(df: DataFrame) -> DataFrame:
-            return reducer(df.withColumnRenamed(TIME, AT), key).withColumnRenamed(AT, TIME)
-
-        try:
-            schema = self.flow.infer([self.node], build)
-        except NotDeterministic:
-            raise
-        except Exception as e:  # Spark's analysis names the call and the column
-            raise PlanError(f"window: {first_line(e)}") from e
-        return self._reduce(key, "window", schema, windows=tuple(calls.items()))
+        named = tuple(calls.items())
+        schema = self.flow.reduced_schema(self.node, key, window(named), "window")
+        return self._reduce(key, "window", schema, calls=named)
 
     def threshold(self, multiplicity: str) -> Collection:
         """Map each distinct row's multiplicity through a SQL expression of ``_diff``:

@@ -28,6 +28,7 @@ ReduceKind = Literal[
     "general",
     "accumulate",
     "window",
+    "aggregate",
 ]
 
 
@@ -141,7 +142,7 @@ class Reduce(Node):
     multiplicity: str = ""  # threshold: SQL expression of `_diff`, the row's count
     function: Callable[[Any], Any] | None = None  # general: pandas group -> pandas rows
     values: tuple[str, ...] = ()  # accumulate: the columns counted and summed
-    windows: tuple[tuple[str, str], ...] = ()  # window: (column, call without PARTITION BY)
+    calls: tuple[tuple[str, str], ...] = ()  # window, aggregate: (column, Spark SQL call)
 
     @property
     def trace_name(self) -> str:

@@ -8,6 +8,7 @@ from dd_etl.errors import PlanError
 from dd_etl.operators.accumulate import accumulation
 from dd_etl.operators.reduce import (
     Reducer,
+    aggregation,
     collapse,
     counter,
     distinct,
@@ -42,7 +43,9 @@ def reducer_for(node: n.Reduce) -> Reducer:
         case "accumulate":
             return accumulation(node.values)
         case "window":
-            return window(node.windows)
+            return window(node.calls)
+        case "aggregate":
+            return aggregation(node.calls)
         case "general":
             if node.function is None:
                 raise PlanError(f"reduction {node.id}: a general reduction without a function")

@@ -23,7 +23,16 @@ Bags = dict[str, Counter[Row]]
 
 
 def norm(row: Row) -> Row:
-    return tuple(round(v, 6) if isinstance(v, float) and not math.isnan(v) else v for v in row)
+    """Floats rounded; lists (arrays) as tuples, so rows can be counted."""
+    return tuple(_value(v) for v in row)
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, float) and not math.isnan(v):
+        return round(v, 6)
+    if isinstance(v, list):
+        return tuple(_value(x) for x in v)
+    return v
 
 
 def append_changes(

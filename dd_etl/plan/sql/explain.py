@@ -72,7 +72,8 @@ def describe(node: n.Node) -> str:
             "max": f" of {node.column}",
             "top_k": f" {node.limit} by {order}",
             "threshold": f" multiplicity {node.multiplicity}",
-            "window": " " + ", ".join(f"{name} = {call}" for name, call in node.windows),
+            "window": " " + ", ".join(f"{name} = {call}" for name, call in node.calls),
+            "aggregate": " " + ", ".join(f"{name} = {call}" for name, call in node.calls),
         }.get(node.kind, "")
         return f"reduce {node.kind}{detail} per {_cols(node.key)}"
     if isinstance(node, n.Accumulate):
@@ -91,7 +92,7 @@ def warning(node: n.Node) -> str | None:
     if isinstance(node, n.Reduce):
         if not node.key and node.kind == "window":
             return "one partition: each change re-evaluates the window over the whole input"
-        if not node.key and node.kind in ("top_k", "general", "count"):
+        if not node.key and node.kind in ("top_k", "general", "count", "aggregate"):
             return "one group: each change re-reduces the whole input"
         if node.kind == "general":
             return "a Python reduction"

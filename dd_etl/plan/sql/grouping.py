@@ -22,7 +22,14 @@ from dd_etl.plan import aggregates as agg
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.sql.errors import Located
 from dd_etl.plan.sql.relation import Rel
-from dd_etl.plan.sql.scope import Names, Scope, translate, walk_local
+from dd_etl.plan.sql.scope import (
+    CALL_WRAPPERS,
+    Names,
+    Scope,
+    translate,
+    translate_aggregate,
+    walk_local,
+)
 
 FUNCTIONS: dict[type[exp.Expr], agg.Function] = {
     exp.Count: "count",
@@ -42,41 +49,58 @@ def is_aggregate_query(select: exp.Select, items: list[exp.Expr]) -> bool:
 
 
 def aggregate_calls(items: list[exp.Expr]) -> list[exp.Expr]:
-    """The aggregate calls in ``items`` (with their FILTER clause), each once."""
+    """The aggregate calls in ``items`` (with the clauses of each call: FILTER,
+    WITHIN GROUP, IGNORE NULLS), each once; a window's function is not one."""
     calls: list[exp.Expr] = []
     for item in items:
         for n in walk_local(item):
-            if isinstance(n.parent, exp.Window) or isinstance(n, GROUPING_CALLS):
-                continue  # a window's function; GROUPING() (``group``)
-            if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Filter):
-                call: exp.Expr = n
-            elif isinstance(n, exp.Filter) and isinstance(n.this, exp.AggFunc):
-                call = n
-            else:
-                continue
-            if call not in calls:
+            if not isinstance(n, exp.AggFunc) or isinstance(n, GROUPING_CALLS):
+                continue  # GROUPING() is a constant of each grouping set (``group``)
+            call: exp.Expr = n
+            while isinstance(call.parent, CALL_WRAPPERS) and call.parent.this is call:
+                call = call.parent
+            if not isinstance(call.parent, exp.Window) and call not in calls:
                 calls.append(call)
     return calls
 
 
+ANY = (exp.AnyValue, exp.First)
+"""Any value of the group: its least, so that each evaluation picks the same."""
+LISTS = (exp.ArrayAgg, exp.ArrayUniqueAgg, exp.List)
+"""Lists of the group's values: sorted, as SQL gives them no order."""
+PERCENTILES: dict[type[exp.Expr], str] = {
+    exp.PercentileCont: "percentile_cont",
+    exp.PercentileDisc: "percentile_disc",
+}
+
+
 def _aggregate(call: exp.Expr, scope: Scope, loc: Located) -> agg.Aggregate:
+    """COUNT/SUM/AVG/MIN/MAX (and ANY_VALUE, FIRST as MIN, APPROX_COUNT_DISTINCT as
+    an exact COUNT DISTINCT) as robust reductions; any other aggregate as a call
+    Spark evaluates over each touched group's rows."""
     condition = None
     func = call
-    if isinstance(call, exp.Filter):
-        func = call.this
-        condition = translate(call.expression.this, scope, loc)
+    if isinstance(func, exp.Filter):
+        condition = translate(func.expression.this, scope, loc)
+        func = func.this
+    if isinstance(func, exp.IgnoreNulls | exp.RespectNulls) and isinstance(func.this, ANY):
+        func = func.this
     function = FUNCTIONS.get(type(func))
-    if function is None:
-        raise loc.unsupported(
-            f"aggregate {func.key.upper()}", call, "COUNT, SUM, AVG, MIN and MAX are"
-        )
+    if isinstance(func, ANY):
+        function = "min"
+    elif isinstance(func, exp.ApproxDistinct):
+        function = "count"
     arg = func.this
-    distinct = isinstance(arg, exp.Distinct)
-    if distinct:
-        args = arg.expressions
-        if len(args) != 1:
-            raise loc.unsupported("an aggregate of DISTINCT over several expressions", call)
-        arg = args[0]
+    distinct = isinstance(arg, exp.Distinct) or isinstance(func, exp.ApproxDistinct)
+    if isinstance(arg, exp.Distinct):
+        if len(arg.expressions) != 1:
+            function = None  # COUNT(DISTINCT a, b): Spark counts the distinct pairs
+        arg = arg.expressions[0]
+    if function is None:
+        empty: object = (
+            0 if isinstance(func, exp.Count) else [] if isinstance(func, LISTS) else None
+        )
+        return agg.call(_spark_call(func, condition, scope, loc), empty)
     for n in walk_local(arg):
         if isinstance(n, exp.AggFunc):
             raise loc.error("aggregate calls cannot be nested", call)
@@ -91,6 +115,25 @@ def _aggregate(call: exp.Expr, scope: Scope, loc: Located) -> agg.Aggregate:
     if function in ("min", "max"):  # DISTINCT changes nothing
         return agg.Aggregate(function, value)
     return agg.Aggregate(function, value, distinct)
+
+
+def _spark_call(func: exp.Expr, condition: str | None, scope: Scope, loc: Located) -> str:
+    """The aggregate call as Spark SQL; a percentile exact (``WITHIN GROUP``,
+    which sqlglot would make approximate), a list sorted."""
+    inner = func.this if isinstance(func, exp.WithinGroup) else func
+    name = PERCENTILES.get(type(inner))
+    if name is not None:
+        if isinstance(func, exp.WithinGroup):  # percentile_cont(p) WITHIN GROUP (ORDER BY x)
+            fraction, ordered = inner.this, func.expression.expressions[0]
+        else:  # DuckDB's percentile_cont(x, p)
+            fraction, ordered = inner.expression, exp.Ordered(this=inner.this)
+        order = translate(ordered.this, scope, loc) + (" DESC" if ordered.args.get("desc") else "")
+        text = f"{name}({translate(fraction, scope, loc)}) WITHIN GROUP (ORDER BY {order})"
+    else:
+        text = translate_aggregate(func, scope, loc)
+    if condition is not None:
+        text = f"{text} FILTER (WHERE {condition})"
+    return f"sort_array({text})" if isinstance(func, LISTS) else text
 
 
 def grouping_sets(clause: exp.Group) -> list[list[exp.Expr]]:

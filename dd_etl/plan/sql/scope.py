@@ -18,7 +18,9 @@ from dd_etl.plan.sql.errors import Located
 SUBQUERY_TYPES = (exp.Subquery, exp.Query)
 """Nodes that open a nested query: their columns belong to another scope."""
 
-SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
+CALL_WRAPPERS = (exp.Filter, exp.WithinGroup, exp.IgnoreNulls, exp.RespectNulls)
+"""Clauses around a function that belong to its call: ``FILTER (WHERE …)``,
+``WITHIN GROUP (ORDER BY …)``, ``IGNORE NULLS``."""
 
 
 class Names:
@@ -134,7 +136,7 @@ def internal(name: str) -> exp.Column:
 
 def translate(node: exp.Expr, scope: Scope, loc: Located) -> str:
     """The expression as Spark SQL over the scope's internal columns."""
-    return rewrite(node, _resolver(scope, loc, window=False)).sql(dialect="spark")
+    return rewrite(node, _resolver(scope, loc, call=False)).sql(dialect="spark")
 
 
 def translate_window(call: exp.Window, scope: Scope, loc: Located) -> str:
@@ -142,13 +144,19 @@ def translate_window(call: exp.Window, scope: Scope, loc: Located) -> str:
     ``PARTITION BY``: the reduction keyed by the partition supplies that."""
     bare = call.copy()
     bare.set("partition_by", None)
-    return rewrite(bare, _resolver(scope, loc, window=True)).sql(dialect="spark")
+    return rewrite(bare, _resolver(scope, loc, call=True)).sql(dialect="spark")
 
 
-def _resolver(scope: Scope, loc: Located, window: bool) -> Callable[[exp.Expr], exp.Expr | None]:
+def translate_aggregate(call: exp.Expr, scope: Scope, loc: Located) -> str:
+    """An aggregate call (with the clauses of its call) as Spark SQL over the
+    scope's internal columns; its arguments hold no aggregate."""
+    return rewrite(call, _resolver(scope, loc, call=True)).sql(dialect="spark")
+
+
+def _resolver(scope: Scope, loc: Located, call: bool) -> Callable[[exp.Expr], exp.Expr | None]:
     """``rewrite``'s replacement of SQL columns (and grouped expressions) by
-    internal columns; ``window``: the root is a window call, whose function
-    may be an aggregate."""
+    internal columns; ``call``: the root is one call, a window's or an
+    aggregate's, whose function may be an aggregate."""
 
     def replace(n: exp.Expr) -> exp.Expr | None:
         for pattern, column in scope.replacements:
@@ -164,16 +172,16 @@ def _resolver(scope: Scope, loc: Located, window: bool) -> Callable[[exp.Expr], 
                 )
             raise loc.error(f"column '{n.sql()}' is not in scope here", n)
         if isinstance(n, exp.Window):
-            if window and n.parent is None:
+            if call and n.parent is None:
                 return None
-            if window:
-                raise loc.error("a window function is not allowed inside a window call", n)
+            if call:
+                raise loc.error("a window function is not allowed inside a call", n)
             raise loc.error(
                 "a window function is not allowed here (filter by one with QUALIFY, "
                 "or in an outer query)",
                 n,
             )
-        if isinstance(n, exp.AggFunc) and not (window and _applied_by_root(n)):
+        if isinstance(n, exp.AggFunc) and not (call and _applied_by_root(n)):
             raise loc.error("aggregate functions are not allowed here", n)
         if isinstance(n, SUBQUERY_TYPES):
             raise loc.unsupported("a subquery in this position", n)
@@ -183,8 +191,9 @@ def _resolver(scope: Scope, loc: Located, window: bool) -> Callable[[exp.Expr], 
 
 
 def _applied_by_root(function: exp.Expr) -> bool:
-    """The function is the one a root window call applies (``IGNORE NULLS`` aside)."""
-    parent = function.parent
-    while isinstance(parent, exp.IgnoreNulls | exp.RespectNulls):
-        parent = parent.parent
-    return isinstance(parent, exp.Window) and parent.parent is None
+    """The function is the root call's own (the clauses of its call aside)."""
+    node = function
+    while isinstance(node.parent, CALL_WRAPPERS):
+        node = node.parent
+    parent = node.parent
+    return parent is None or (isinstance(parent, exp.Window) and parent.parent is None)
