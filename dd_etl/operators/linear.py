@@ -66,8 +66,8 @@ def filter_(df: DataFrame, predicate: Expr) -> DataFrame:
     return df.where(F.coalesce(predicate, F.lit(False)))
 
 
-def explode(df: DataFrame, column: Expr, alias: str, keep: Sequence[str]) -> DataFrame:
-    return df.select(*keep, F.explode(col(column)).alias(alias), *bookkeeping(df))
+def explode(df: DataFrame, generator: Expr, names: Sequence[str], keep: Sequence[str]) -> DataFrame:
+    return df.select(*keep, col(generator).alias(*names), *bookkeeping(df))
 
 
 def concat(dfs: Sequence[DataFrame]) -> DataFrame:

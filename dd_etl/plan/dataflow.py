@@ -201,12 +201,19 @@ class Collection:
 
     def explode(self, column: Expr, alias: str) -> Collection:
         """``flat_map``: one output row per element of an array or map column."""
-        keep = [c for c in self.columns if c != alias]
+        generator = f"explode({column})" if isinstance(column, str) else F.explode(column)
+        return self.generate(generator, alias)
+
+    def generate(self, generator: Expr, *names: str) -> Collection:
+        """A Spark generator on each row, its outputs as columns ``names``:
+        ``generate("posexplode_outer(items)", "pos", "item")``. Linear: each row's
+        change is its generated rows' change."""
+        keep = [c for c in self.columns if c not in names]
         return self._linear(
             n.Explode,
-            lambda df: linear.explode(df, column, alias, keep),
-            column=column,
-            alias=alias,
+            lambda df: linear.explode(df, generator, names, keep),
+            generator=generator,
+            names=tuple(names),
         )
 
     flat_map = explode

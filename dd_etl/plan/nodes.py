@@ -78,8 +78,12 @@ class Filter(Node):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Explode(Node):
-    column: Expr
-    alias: str
+    """A generator (``explode``, ``posexplode``, ``inline``, their ``_outer``
+    forms, ``stack``…) on each row: one output row per generated row, the
+    input's columns, then ``names``."""
+
+    generator: Expr
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -20,8 +20,8 @@ def apply_linear(node: n.Node, input_of: Callable[[n.Node], DataFrame]) -> DataF
     if isinstance(node, n.Filter):
         return linear.filter_(input_of(ins[0]), node.predicate)
     if isinstance(node, n.Explode):
-        keep = [c for c in ins[0].columns if c != node.alias]
-        return linear.explode(input_of(ins[0]), node.column, node.alias, keep)
+        keep = [c for c in ins[0].columns if c not in node.names]
+        return linear.explode(input_of(ins[0]), node.generator, node.names, keep)
     if isinstance(node, n.Concat):
         return linear.concat([input_of(i) for i in ins])
     if isinstance(node, n.Negate):

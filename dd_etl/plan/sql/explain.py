@@ -58,7 +58,7 @@ def describe(node: n.Node) -> str:
     if isinstance(node, n.Filter):
         return _short(f"filter {_expr(node.predicate)}")
     if isinstance(node, n.Explode):
-        return f"explode {_expr(node.column)} as {node.alias}"
+        return f"generate {_expr(node.generator)} as {', '.join(node.names)}"
     if isinstance(node, n.Join):
         mode = " null-safe" if node.null_safe else ""
         return f"join{mode} {_cols(node.left_key)} = {_cols(node.right_key)}"

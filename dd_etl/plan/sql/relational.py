@@ -27,6 +27,7 @@ from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.plan.sql.coercion import common_type
 from dd_etl.plan.sql.errors import Located, SqlError, rejection, spark_reason
 from dd_etl.plan.sql.frontend import Table
+from dd_etl.plan.sql.generators import lateral_views, select_generator
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
 from dd_etl.plan.sql.joins import How, conjuncts, join, join_order
 from dd_etl.plan.sql.recursion import reads, recursive_cte
@@ -217,12 +218,13 @@ class Compiler:
         distinct = node.args.get("distinct")
         if distinct is not None and distinct.args.get("on"):
             raise self.loc.unsupported("DISTINCT ON", node)
-        for key in ("laterals", "connect", "pivots"):
+        for key in ("connect", "pivots"):
             if node.args.get(key):
                 raise self.loc.unsupported(key.upper(), node)
         node = bound_pushed(spell_out_named(node, self.loc))
         where = node.args.get("where")
         rel, rest = self.from_(node, ctes, conjuncts(where.this if where else None))
+        rel = lateral_views(rel, node.args.get("laterals") or [], self.names, self.loc)
         for cond in rest:
             rel = self.where(rel, cond, ctes)
 
@@ -242,6 +244,7 @@ class Compiler:
             rel = evaluate(rel, calls, bounds, self.names, self.loc)
         if qualify:
             rel = self.where(rel, qualify.this, ctes)
+        rel = select_generator(rel, node.expressions, self.names, self.loc)
 
         named: dict[str, str] = {}
         columns: list[str] = []
