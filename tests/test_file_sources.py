@@ -1,11 +1,13 @@
 """A parquet source's schema read from its footer in the driver is the one Spark
 would infer with a job of its own; for the types Spark interprets itself it is
-left to Spark."""
+left to Spark. A file read before is rewritten when its size or modification
+time differs from what its position recorded."""
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from dd_etl.sources.files import footer_schema
+from dd_etl.sources.files import footer_schema, rewritten_files, stamp_of
 
 pytestmark = pytest.mark.spark
 
@@ -54,3 +56,17 @@ def test_other_types_are_left_to_spark(tmp_path: Path, column: pa.Array) -> None
     path = tmp_path / "other.parquet"
     pq.write_table(pa.table({"x": column}), path)
     assert footer_schema(str(path)) is None
+
+
+def test_a_file_is_rewritten_when_its_size_or_modification_time_changed(tmp_path: Path) -> None:
+    for name in ("same.csv", "touched.csv", "longer.csv", "sized.csv"):
+        (tmp_path / name).write_text("id\n1\n")
+    read = {name: stamp_of(tmp_path / name) for name in ("same.csv", "touched.csv", "longer.csv")}
+    read["sized.csv"] = 5  # a position of an earlier dd_etl: the size alone
+    read["gone.csv"] = [5, 0]  # gone, not rewritten: restate and verify look for that
+    seconds = (tmp_path / "touched.csv").stat().st_mtime
+    os.utime(tmp_path / "touched.csv", (seconds + 1, seconds + 1))
+    (tmp_path / "longer.csv").write_text("id\n12\n")
+    os.utime(tmp_path / "sized.csv", (seconds + 1, seconds + 1))
+    listing = {p.name: stamp_of(p) for p in tmp_path.iterdir()}
+    assert rewritten_files(read, listing) == ["longer.csv", "touched.csv"]

@@ -78,6 +78,70 @@ def test_config_errors_point_at_the_key(
     assert str(e).startswith(f"{tmp_path / 'pipeline.yaml'}")
 
 
+MISSPELT = """\
+name: p
+warehouse: wh
+sources:
+  orders:
+    fromat: csv
+    path: data/orders
+views:
+  a:
+    sql: SELECT * FROM orders
+    refresh: sometimes
+    materialize: {path: out/a, overwrite: true}
+"""
+
+
+def test_every_problem_is_named_unknown_keys_first(tmp_path: Path) -> None:
+    e = error_of(tmp_path, MISSPELT)
+    assert [(p.key, p.line) for p in e.problems] == [
+        ("sources.orders.fromat", 5),
+        ("views.a.materialize.overwrite", 11),
+        ("sources.orders.format", 4),
+        ("views.a.refresh", 10),
+    ]
+    assert (e.key, e.line) == ("sources.orders.fromat", 5)
+    assert e.reason == "unknown key 'fromat' (did you mean 'format'?)"
+    file = tmp_path / "pipeline.yaml"
+    assert str(e).startswith(
+        f"{file}:5: sources.orders.fromat: unknown key 'fromat' (did you mean 'format'?); "
+        f"{file}:11: views.a.materialize.overwrite: unknown key 'overwrite' (check its "
+        "spelling and place; known keys here: path); "
+        f"{file}:4: sources.orders.format: required key is missing; "
+        f"{file}:10: views.a.refresh: Input should be"
+    )
+    assert "more error" not in str(e)
+
+
+def test_problems_found_before_validation_are_listed_with_the_others(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "path: data/trips",
+        "pth: data/trips, storage_options: {AWS_SECRET_ACCESS_KEY: '${DD_ETL_TEST_UNSET}'}",
+    )
+    e = error_of(tmp_path, text)
+    assert [p.key for p in e.problems] == [
+        "sources.trips.pth",
+        "sources.trips.storage_options.AWS_SECRET_ACCESS_KEY",
+        "sources.trips.path",
+    ]
+    assert "unknown key 'pth' (did you mean 'path'?)" in e.reason
+    assert "environment variable DD_ETL_TEST_UNSET is not set" in str(e)
+
+
+def test_the_cli_names_a_misspelt_key_before_what_it_leaves_missing(tmp_path: Path) -> None:
+    path = write(tmp_path, MISSPELT)
+    result = CliRunner().invoke(app, ["status", str(path)])
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.split())
+    misspelt = (
+        "pipeline.yaml:5: sources.orders.fromat: unknown key 'fromat' (did you mean 'format'?)"
+    )
+    assert misspelt in said
+    assert said.index(misspelt) < said.index("sources.orders.format: required key is missing")
+    assert "Traceback" not in result.stderr
+
+
 def test_secrets_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DD_ETL_TEST_SECRET", "s3cr3t")
     text = GOOD.replace(

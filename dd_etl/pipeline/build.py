@@ -153,6 +153,7 @@ def make_reader(
         declared,
         dict(source.options),
         source.diff_column,
+        shown=source.path,
     )
 
 

@@ -17,16 +17,19 @@ ever executed: a Python view names a function by import path only.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
-from dd_etl.errors import ConfigError
+from dd_etl.errors import ConfigError, ConfigProblem
 from dd_etl.plan.refresh import DEFAULT_FULL_ABOVE, Policy, RefreshPolicy
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -179,6 +182,9 @@ def warehouse_of(loaded: LoadedConfig) -> Path:
 
 
 def load_config(file: str | Path) -> LoadedConfig:
+    """The pipeline file, validated: every problem found is raised in one
+    ``ConfigError``, unknown keys first (a misspelt key also makes the key it
+    was meant to be missing, and the spelling is the problem to fix)."""
     path = Path(file)
     try:
         text = path.read_text()
@@ -193,23 +199,86 @@ def load_config(file: str | Path) -> LoadedConfig:
         raise ConfigError(path, "", f"not valid YAML: {getattr(e, 'problem', e)}", line) from None
     if not isinstance(raw, dict):
         raise ConfigError(path, "", "the file must be a mapping with `name`, `sources`, `views`")
-    _refuse_plain_secrets(path, raw, lines)
-    data = _interpolate(path, raw, (), lines)
+    problems = list(_plain_secrets(raw, lines))
+    data = _interpolate(raw, (), lines, problems)
+    unknown: list[ConfigProblem] = []
     try:
         config = PipelineConfig.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        reason = first["msg"]
-        if first["type"] == "extra_forbidden":
-            reason = "unknown key (check its spelling and place)"
-        if first["type"] == "missing":
-            reason = "required key is missing"
-        more = e.error_count() - 1
-        if more:
-            reason += f" (and {more} more error{'s' if more > 1 else ''})"
-        raise ConfigError(path, key, reason, _nearest_line(lines, key)) from None
+        for error in e.errors():
+            kind = unknown if error["type"] == "extra_forbidden" else problems
+            kind.append(_problem(error, lines))
+    if unknown or problems:
+        first, *more = [*_in_file_order(unknown), *_in_file_order(problems)]
+        raise ConfigError(path, first.key, first.reason, first.line, more)
     return LoadedConfig(path.resolve(), config, lines)
+
+
+def _problem(error: ErrorDetails, lines: dict[str, int]) -> ConfigProblem:
+    """A pydantic error as a problem of the file, at the key it is about."""
+    loc = error["loc"]
+    key = ".".join(str(p) for p in loc)
+    reason = error["msg"]
+    if error["type"] == "extra_forbidden":
+        reason = f"unknown key {loc[-1]!r} ({_hint(loc)})"
+    if error["type"] == "missing":
+        reason = "required key is missing"
+    return ConfigProblem(key, reason, _nearest_line(lines, key))
+
+
+def _in_file_order(problems: list[ConfigProblem]) -> list[ConfigProblem]:
+    """``problems`` by line (those without one last), as the reader meets them."""
+    return sorted(problems, key=lambda p: float("inf") if p.line is None else p.line)
+
+
+def _hint(loc: tuple[int | str, ...]) -> str:
+    """What to do about the unknown key at ``loc``: the known key it is nearest,
+    if one is close enough to be a misspelling of it."""
+    known = _known_keys(PipelineConfig, loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    if known:
+        return f"check its spelling and place; known keys here: {', '.join(known)}"
+    return "check its spelling and place"
+
+
+def _known_keys(model: Any, loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the mapping at ``loc`` (below ``model``) may hold: its model's
+    fields, by the names the file uses (``schema``, not ``columns``)."""
+    for part in loc:
+        model = _inner(_unwrapped(model), part)
+    model = _unwrapped(model)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    return sorted(f.alias or name for name, f in model.model_fields.items())
+
+
+def _inner(model: Any, part: int | str) -> Any:
+    """The type of the value at ``part`` of a value of type ``model`` (a model's
+    field, a mapping's value, a list's item); None when there is none."""
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        for name, field in model.model_fields.items():
+            if part in (name, field.alias):
+                return field.annotation
+        return None
+    origin = get_origin(model)
+    if origin is dict:
+        return get_args(model)[1]
+    if origin is list:
+        return get_args(model)[0]
+    return None
+
+
+def _unwrapped(model: Any) -> Any:
+    """``model`` without ``Annotated`` and without ``| None``."""
+    origin = get_origin(model)
+    if origin is Annotated:
+        return _unwrapped(get_args(model)[0])
+    if origin in (Union, UnionType):
+        types = [t for t in get_args(model) if t is not type(None)]
+        return _unwrapped(types[0]) if len(types) == 1 else None
+    return model
 
 
 def _key_lines(node: yaml.Node | None, prefix: str = "") -> Iterator[tuple[str, int]]:
@@ -240,29 +309,34 @@ def _nearest_line(lines: dict[str, int], key: str) -> int | None:
     return None
 
 
-def _refuse_plain_secrets(file: Path, raw: Any, lines: dict[str, int], prefix: str = "") -> None:
+def _plain_secrets(raw: Any, lines: dict[str, int], prefix: str = "") -> Iterator[ConfigProblem]:
+    """Options named like secrets whose value is not an environment reference."""
     if isinstance(raw, dict):
         for k, v in raw.items():
             key = f"{prefix}.{k}" if prefix else str(k)
             if isinstance(v, str) and SECRET_NAME.search(str(k)) and not ENV_REFERENCE.fullmatch(v):
-                raise ConfigError(
-                    file,
+                yield ConfigProblem(
                     key,
                     "looks like a secret: give it as an environment variable reference, "
                     "e.g. `${MY_SECRET}`, never as plain text",
                     lines.get(key),
                 )
-            _refuse_plain_secrets(file, v, lines, key)
+            yield from _plain_secrets(v, lines, key)
     elif isinstance(raw, list):
         for i, v in enumerate(raw):
-            _refuse_plain_secrets(file, v, lines, f"{prefix}.{i}")
+            yield from _plain_secrets(v, lines, f"{prefix}.{i}")
 
 
-def _interpolate(file: Path, raw: Any, at: tuple[str, ...], lines: dict[str, int]) -> Any:
+def _interpolate(
+    raw: Any, at: tuple[str, ...], lines: dict[str, int], problems: list[ConfigProblem]
+) -> Any:
+    """``raw`` with ``${NAME}`` replaced by the environment's values; a variable not
+    set is added to ``problems`` and its reference left as it is, so that the
+    rest of the file is still checked."""
     if isinstance(raw, dict):
-        return {k: _interpolate(file, v, (*at, str(k)), lines) for k, v in raw.items()}
+        return {k: _interpolate(v, (*at, str(k)), lines, problems) for k, v in raw.items()}
     if isinstance(raw, list):
-        return [_interpolate(file, v, (*at, str(i)), lines) for i, v in enumerate(raw)]
+        return [_interpolate(v, (*at, str(i)), lines, problems) for i, v in enumerate(raw)]
     if isinstance(raw, bool | int | float) and len(at) >= 2 and at[-2] in ("conf", "options"):
         return str(raw).lower() if isinstance(raw, bool) else str(raw)  # Spark conf is text
     if not isinstance(raw, str):
@@ -272,7 +346,9 @@ def _interpolate(file: Path, raw: Any, at: tuple[str, ...], lines: dict[str, int
         name = m.group(1)
         if name not in os.environ:
             key = ".".join(at)
-            raise ConfigError(file, key, f"environment variable {name} is not set", lines.get(key))
+            reason = f"environment variable {name} is not set"
+            problems.append(ConfigProblem(key, reason, lines.get(key)))
+            return m.group(0)
         return os.environ[name]
 
     return ENV_REFERENCE.sub(value, raw)

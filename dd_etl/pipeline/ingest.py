@@ -7,12 +7,13 @@ epochs). The changes of every source of a small interval's size are computed by
 one Spark job into the driver, which writes each source's batch, as a layer's
 batches are (``runtime/execution.py``); a larger source's are written by Spark,
 sized for them. A source whose data Spark cannot take in fails naming the
-source: when the shared job fails, each source is taken in by itself.
+source: when the shared job fails, each source is taken in by itself, and a
+value that cannot be cast is named with its file, line and column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
-from dd_etl.errors import HistoryLost, PipelineError, SourceError, first_line
+from dd_etl.errors import DdEtlError, HistoryLost, PipelineError, SourceError, first_line
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.progress import Progress
@@ -33,6 +34,8 @@ from dd_etl.spark import full_compiler_for
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
 from dd_etl.trace.spark_files import estimated_bytes
 
+Locate = Callable[[], str | None]
+"""Where in a source a value lies that cannot be cast (``Capture.locate``)."""
 _SPARK_ERRORS = (PySparkException, Py4JJavaError)
 _FILE_GONE = ("FileNotFoundException", "FILE_NOT_EXIST", "DELTA_CHANGE_DATA_FILE_NOT_FOUND")
 """How Spark's errors say that a file a read planned on no longer exists."""
@@ -52,11 +55,13 @@ class _Captured:
     sizing: Sizing
     records: int | None
     """How many records the changes hold, where Spark writes them (``source_records``)."""
+    locate: Locate | None = None
+    """Where a value of the changes that cannot be cast lies (``Capture.locate``)."""
 
     def append(self, batch: CollectedBatch | None = None) -> None:
         """Append the changes, as the driver holds them when ``batch`` is given."""
         lower, upper = Antichain.from_epoch(self.epoch), Antichain.from_epoch(self.epoch + 1)
-        with _taken_in(self.pipeline, self.name):
+        with taken_in(self.pipeline, self.name, self.locate):
             updates = self.updates if batch is None else batch
             self.trace.compare_and_append(
                 updates,
@@ -121,10 +126,11 @@ def _capture(
     if upper < epoch:  # a source new to the pipeline: empty before its first epoch
         empty = pipeline.flow.empty_updates(node.schema)
         trace.compare_and_append(empty, Antichain.from_epoch(upper), Antichain.from_epoch(epoch))
-    with _taken_in(str(pipeline.file), name):
+    with taken_in(str(pipeline.file), name):
         taken = given or pipeline.readers[name].capture(
             read_position(trace), trace, node.schema, limit
         )
+    with taken_in(str(pipeline.file), name, taken.locate):
         changes = taken.changes
         if changes is None:
             changes = pipeline.flow.empty_updates(node.schema).drop("_time")
@@ -135,7 +141,16 @@ def _capture(
         records = source_records(updates, sizing)
     meta = encode_position(taken.position)
     return _Captured(
-        str(pipeline.file), name, trace, updates, epoch, meta, taken.summary, sizing, records
+        str(pipeline.file),
+        name,
+        trace,
+        updates,
+        epoch,
+        meta,
+        taken.summary,
+        sizing,
+        records,
+        taken.locate,
     )
 
 
@@ -151,13 +166,27 @@ def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
 
 
 @contextmanager
-def _taken_in(pipeline: str, name: str) -> Iterator[None]:
-    """Spark's failure to take a source's data in, as an error naming the source: a
-    file of the source's history that is gone (vacuumed, deleted) as lost history."""
+def taken_in(pipeline: str, name: str, locate: Locate | None = None) -> Iterator[None]:
+    """Spark's failure to take a source's data in, as an error naming the source
+    and, where ``locate`` finds a value that cannot be cast, where it lies: a file
+    of the source's history that is gone (vacuumed, deleted) as lost history."""
     try:
         yield
     except _SPARK_ERRORS as e:
         said = first_line(e)
         if any(sign in said for sign in _FILE_GONE):
             raise HistoryLost(pipeline, name, f"a file it had not read is gone ({said})") from e
-        raise SourceError(name, f"its new data cannot be taken in: {said}") from e
+        where = _located(locate)
+        raise SourceError(name, f"its new data cannot be taken in: {where}{said}") from e
+
+
+def _located(locate: Locate | None) -> str:
+    """What ``locate`` finds, to lead the error with: empty when it finds nothing or
+    cannot look (Spark's error is reported all the same)."""
+    if locate is None:
+        return ""
+    try:
+        found = locate()
+    except (*_SPARK_ERRORS, DdEtlError, OSError):
+        return ""
+    return "" if found is None else f"{found}: "

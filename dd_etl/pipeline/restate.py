@@ -6,9 +6,16 @@ limited to the rows the ``where`` predicate selects (the corrected partition):
 earlier epochs keep the data as it was then, as every reader already saw it. The
 restating tick is an ordinary tick with this change as the source's capture,
 so it is idempotent and crash-safe like any other; an empty change is no tick.
+
+Either way the source's position then records the data as read now: files
+rewritten in place (``SourceReader.rewritten``, the test a run makes before it
+refuses to go on) are recorded with their new stamps, by the tick or, when they
+hold the rows taken in, on their own. So the next run goes on after a restatement.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
@@ -16,10 +23,11 @@ from pyspark.sql import functions as F
 
 from dd_etl.errors import PipelineError
 from dd_etl.pipeline.build import Pipeline
+from dd_etl.pipeline.ingest import taken_in
 from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.progress import Progress
 from dd_etl.pipeline.tick import TickReport, _quiet, next_epoch, tick_holding_lock
-from dd_etl.sources.base import Capture, Position, difference, read_position
+from dd_etl.sources.base import Capture, Position, difference, encode_position, read_position
 
 
 def restate(
@@ -41,9 +49,25 @@ def restate(
             )
         change, position, what = _correction(pipeline, source, where)
         if change is None:
+            _record_rewritten(pipeline, source, position, progress)
             return None
         capture = Capture(change, position, what)
         return tick_holding_lock(pipeline, progress, None, None, None, {source: capture})
+
+
+def _record_rewritten(
+    pipeline: Pipeline, source: str, restated: Position, progress: Progress
+) -> None:
+    """Record ``restated`` as the source's position if files it covers were
+    rewritten with the rows already taken in (a file written again, reformatted):
+    no change, so no epoch, but a run must no longer find them rewritten."""
+    trace = pipeline.runtime.trace(pipeline.flow.sources[source])
+    position = read_position(trace)
+    rewritten = [] if position is None else pipeline.readers[source].rewritten(position)
+    if rewritten:
+        trace.annotate(encode_position(restated))
+        files = ", ".join(rewritten[:3]) + (", …" if len(rewritten) > 3 else "")
+        progress(f"source:{source}", f"rewritten with the rows taken in, recorded as read: {files}")
 
 
 def _correction(
@@ -64,8 +88,9 @@ def _correction(
         raise PipelineError(f"source {source!r} can no longer be read as of {restated}")
     rows_of = None if where is None else _predicate(current, where, source)
     # computed once: the files may change again before the tick commits it
-    change = difference(current, trace, node.schema, rows_of).localCheckpoint()
-    rows = change.count()
+    with taken_in(str(pipeline.file), source, partial(reader.bad_value, restated, node.schema)):
+        change = difference(current, trace, node.schema, rows_of).localCheckpoint()
+        rows = change.count()
     what = f"restatement of {where or 'all rows'}: {rows} changed row{'s' if rows != 1 else ''}"
     return (change if rows else None), restated, what
 

@@ -10,6 +10,7 @@ crashes after it finds the epoch already appended.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +35,10 @@ class Capture:
     changes: DataFrame | None  # None: nothing changed
     position: Position
     summary: str  # for humans: "version 3 → 5", "2 new files"
+    locate: Callable[[], str | None] | None = None
+    """Where a value of the changes that cannot be cast to its column's type lies
+    (``SourceReader.bad_value`` of the data read): asked once taking the changes in
+    failed, since Spark's error names the value alone."""
 
 
 class SourceReader(Protocol):
@@ -76,8 +81,22 @@ class SourceReader(Protocol):
 
     def restated(self, position: Position) -> Position:
         """``position`` with the data it covers read again as it is now: the files
-        already taken in with their current sizes (corrected in place), or the same
+        already taken in with their current stamps (corrected in place), or the same
         table version. New data is left for the next ordinary capture."""
+        ...
+
+    def rewritten(self, position: Position) -> list[str]:
+        """What of the data ``position`` covers was rewritten in place since (files,
+        by name; no Spark): a capture refuses to go on past it, and ``restated``
+        records it as read now. The same decision for both, so that a restatement
+        always lets the next run go on."""
+        ...
+
+    def bad_value(self, position: Position, schema: StructType) -> str | None:
+        """Where a value of the data ``position`` covers lies that cannot be cast to
+        its column's type in ``schema``: the file as the pipeline names it, the line
+        (CSV), the column and the value. None if there is none, or the source cannot
+        tell. Asked when taking data in failed (a Spark job)."""
         ...
 
 

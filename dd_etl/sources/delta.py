@@ -146,6 +146,15 @@ class DeltaSource:
     def restated(self, position: Position) -> Position:
         return dict(position)
 
+    def rewritten(self, position: Position) -> list[str]:
+        """Nothing: a version of a table is never rewritten (a restore or an
+        overwrite is a new version)."""
+        return []
+
+    def bad_value(self, position: Position, schema: StructType) -> str | None:
+        """None: a table's values have its columns' types, which the trace's are."""
+        return None
+
     # ---------------------------------------------------------------- reading
 
     def _check_schema(self, table: DeltaTable, schema: StructType) -> None:

@@ -5,17 +5,25 @@ epoch's new data, and a ``diff`` column (if the files have one) gives each
 row's multiplicity, so -1 deletes a row. ``snapshot`` mode: the directory is
 the whole table, and each epoch is the difference to what was taken in before.
 
-The position is the set of files read, with their sizes: a file that changed
-after it was read is history rewritten, and stops the run. Files whose names
-start with ``_`` or ``.`` (Spark's markers, temporary files) are ignored.
+The position is the set of files read, each with its size and modification
+time as read (its stamp). A file whose stamp differs now was rewritten in place
+after it was read (``rewritten_files``, the one test of it): a run stops there,
+as history rewritten, and ``dd-etl restate`` takes the corrected file in and
+records its new stamp. Files whose names start with ``_`` or ``.`` (Spark's
+markers, temporary files) are ignored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
-from pathlib import Path
+from collections.abc import Mapping
+from functools import partial, reduce
+from pathlib import Path, PurePath
+from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,11 +31,12 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.errors import HistoryLost, SourceError, first_line
 from dd_etl.local_relations import empty_frame
 from dd_etl.sources.base import Capture, Position, conform, difference
+from dd_etl.sources.csv_lines import record_line
 from dd_etl.trace.delta_trace import DeltaTrace
 
 EXTENSIONS = {
@@ -35,6 +44,37 @@ EXTENSIONS = {
     "csv": (".csv", ".csv.gz", ".tsv"),
     "json": (".json", ".jsonl", ".ndjson", ".json.gz"),
 }
+
+Stamp = list[int]
+"""A file as read: ``[size in bytes, modification time in ns]`` (a list: positions
+are JSON)."""
+
+
+def stamp_of(path: Path) -> Stamp:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def same_file(recorded: Any, now: Stamp) -> bool:
+    """Whether a file is as it was when its stamp was ``recorded``: same size and
+    modification time, so that a correction of the same length is seen too. A
+    position of an earlier dd_etl recorded the size alone, and is held to that."""
+    if isinstance(recorded, int):
+        return recorded == now[0]
+    return list(recorded) == now
+
+
+def rewritten_files(read: Mapping[str, Any], listing: Mapping[str, Stamp]) -> list[str]:
+    """The files of ``read`` (a position's, name → stamp) that are there now but
+    not as they were read. The one decision of a file rewritten in place: a run
+    refuses to go on past one, ``restate`` takes it in, a snapshot of the position
+    cannot be read, and ``status`` tells."""
+    return sorted(f for f, was in read.items() if f in listing and not same_file(was, listing[f]))
+
+
+def unchanged(read: Mapping[str, Any], listing: Mapping[str, Stamp]) -> bool:
+    """Whether ``listing`` holds exactly the files of ``read``, none rewritten."""
+    return read.keys() == listing.keys() and not rewritten_files(read, listing)
 
 
 class FileSource:
@@ -49,6 +89,7 @@ class FileSource:
         declared: StructType | None,
         options: dict[str, str],
         diff_column: str,
+        shown: str | None = None,
     ) -> None:
         self.spark = spark
         self.pipeline = pipeline
@@ -59,19 +100,21 @@ class FileSource:
         self.declared = declared
         self.options = {"header": "true", **options} if fmt == "csv" else dict(options)
         self.diff_column = diff_column
+        self.shown = shown or directory
+        """The directory as the pipeline file names it: errors name files under it."""
 
-    def listing(self) -> dict[str, int]:
-        """Data files under the directory (relative path → size), in name order."""
+    def listing(self) -> dict[str, Stamp]:
+        """Data files under the directory (relative path → stamp), in name order."""
         if not self.directory.is_dir():
             raise SourceError(self.name, f"{self.directory} is not a directory")
-        found: dict[str, int] = {}
+        found: dict[str, Stamp] = {}
         for root, dirs, files in os.walk(self.directory):
             dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
             for f in sorted(files):
                 if f.startswith(("_", ".")) or not f.endswith(EXTENSIONS[self.format]):
                     continue
                 full = Path(root) / f
-                found[str(full.relative_to(self.directory))] = full.stat().st_size
+                found[str(full.relative_to(self.directory))] = stamp_of(full)
         return found
 
     def schema(self) -> StructType:
@@ -96,31 +139,38 @@ class FileSource:
         limit: int | None = None,
     ) -> Capture:
         files = self.listing()
-        read: dict[str, int] = dict((position or {}).get("files", {}))
+        read: dict[str, Any] = dict((position or {}).get("files", {}))
         if self.mode == "snapshot":
-            if position is not None and files == read:
+            if position is not None and unchanged(read, files):
                 return Capture(None, {"files": files}, "unchanged")
             changes = difference(self._updates(list(files), schema), trace, schema)
-            return Capture(changes, {"files": files}, f"snapshot of {len(files)} files")
-        rewritten = sorted(f for f, size in read.items() if f in files and files[f] != size)
+            summary = f"snapshot of {len(files)} files"
+            return Capture(changes, {"files": files}, summary, self._locator(files, schema))
+        rewritten = rewritten_files(read, files)
         if rewritten:
             raise HistoryLost(
-                self.pipeline, self.name, f"files {rewritten[:3]} changed after they were read"
+                self.pipeline,
+                self.name,
+                f"files {rewritten[:3]} were rewritten after they were read (their size or "
+                f"modification time changed); to take the corrected files in as a change, "
+                f"run `dd-etl restate {self.pipeline} {self.name}`",
             )
         if position is None and trace.state.records:  # resync: everything, against the trace
             changes = difference(self._updates(list(files), schema), trace, schema)
-            return Capture(changes, {"files": files}, f"resync of {len(files)} files")
-        new = [f for f in files if f not in read][:limit]
+            summary = f"resync of {len(files)} files"
+            return Capture(changes, {"files": files}, summary, self._locator(files, schema))
+        new = {f: files[f] for f in files if f not in read}
+        new = dict(list(new.items())[:limit])
         if not new:
             return Capture(None, {"files": read}, "no new files")
-        covered = {**read, **{f: files[f] for f in new}}
         summary = f"{len(new)} new file{'s' if len(new) != 1 else ''}"
-        return Capture(self._updates(new, schema), {"files": covered}, summary)
+        updates = self._updates(list(new), schema)
+        return Capture(updates, {"files": {**read, **new}}, summary, self._locator(new, schema))
 
     def snapshot(self, position: Position, schema: StructType) -> DataFrame | None:
         files = dict(position.get("files", {}))
         listing = self.listing()
-        if any(listing.get(f) != size for f, size in files.items()):
+        if any(f not in listing for f in files) or rewritten_files(files, listing):
             return None  # files were removed or rewritten since
         return self._updates(list(files), schema)
 
@@ -131,9 +181,13 @@ class FileSource:
             return str(e)
         read = dict((position or {}).get("files", {}))
         if self.mode == "snapshot":
-            return "up to date" if files == read else "changed since the last run"
+            return "up to date" if unchanged(read, files) else "changed since the last run"
         new = len([f for f in files if f not in read])
-        return f"{new} new file{'s' if new != 1 else ''}" if new else "up to date"
+        said = [f"{new} new file{'s' if new != 1 else ''}"] if new else []
+        rewritten = len(rewritten_files(read, files))
+        if rewritten:
+            said.append(f"{rewritten} rewritten since read (`dd-etl restate` takes them in)")
+        return ", ".join(said) or "up to date"
 
     def signature(self) -> str:
         listing = json.dumps(self.listing(), sort_keys=True)
@@ -143,7 +197,7 @@ class FileSource:
         read = dict((position or {}).get("files", {}))
         files = self.listing()
         if self.mode == "snapshot":
-            return position is not None and files == read
+            return position is not None and unchanged(read, files)
         return all(f in read for f in files)
 
     def restated(self, position: Position) -> Position:
@@ -154,7 +208,71 @@ class FileSource:
             raise SourceError(self.name, f"files {gone[:3]} were read before and are gone now")
         return {"files": {f: files[f] for f in read}}
 
+    def rewritten(self, position: Position) -> list[str]:
+        """``rewritten_files`` of the position: what a capture refuses."""
+        return rewritten_files(dict(position.get("files", {})), self.listing())
+
+    def bad_value(self, position: Position, schema: StructType) -> str | None:
+        """Spark finds the value, its file and column; the driver counts the
+        CSV file's lines to it (``csv_lines``), as Spark does not say its line."""
+        files = list(position.get("files", {}))
+        found = self._uncastable(files, schema) if files else None
+        if found is None:
+            return None
+        file, column, index, value = found
+        where = str(PurePath(self.shown) / file)
+        line = None
+        if self.format == "csv" and isinstance(value, str):
+            line = record_line(self.directory / file, index, value, self.options)
+        at = f"{where} line {line}" if line is not None else where
+        return f"{at}, column {column}, value {value!r}"
+
     # ---------------------------------------------------------------- reading
+
+    def _locator(self, files: Mapping[str, Stamp], schema: StructType) -> partial[str | None]:
+        """``bad_value`` of ``files``: what a capture's failure looks for."""
+        return partial(self.bad_value, {"files": dict(files)}, schema)
+
+    def _uncastable(
+        self, files: list[str], schema: StructType
+    ) -> tuple[str, str, int, object] | None:
+        """A value of ``files`` that Spark cannot cast to its column's type in
+        ``schema`` (or the diff column's): its file (under the directory), column,
+        the column's place in the file and the value as read. One Spark job, which
+        stops at the first such value."""
+        df = self._load(files, self.options)
+        types = {f.name: f.dataType for f in schema.fields if f.name in df.columns}
+        if self.diff_column in df.columns:
+            types[self.diff_column] = LongType()
+        if not types:
+            return None
+        names = list(types)
+        bad = [
+            F.col(f"`{c}`").isNotNull() & F.col(f"`{c}`").try_cast(types[c]).isNull() for c in names
+        ]
+        rows = (
+            df.where(reduce(operator.or_, bad))
+            .select(
+                F.col("_metadata.file_path"),
+                *(F.col(f"`{c}`").alias(f"value{i}") for i, c in enumerate(names)),
+                *(b.alias(f"bad{i}") for i, b in enumerate(bad)),
+            )
+            .limit(1)
+            .collect()
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        i = next(i for i in range(len(names)) if row[f"bad{i}"])
+        file = self._under_directory(row["file_path"], files)
+        return file, names[i], df.columns.index(names[i]), row[f"value{i}"]
+
+    def _under_directory(self, uri: str, files: list[str]) -> str:
+        """The file of ``files`` that Spark's ``uri`` names (as Spark's file metadata
+        gives it: ``file:/…``, escaped)."""
+        path = os.path.normpath(unquote(urlparse(uri).path))
+        by_path = {os.path.normpath(self.directory / f): f for f in files}
+        return by_path.get(path, path)
 
     def _load(self, files: list[str], options: dict[str, str]) -> DataFrame:
         paths = [str(self.directory / f) for f in files]
