@@ -153,6 +153,7 @@ def test_explain_shows_the_partition_and_a_single_partition_costs(
         ("SELECT SUM(ROW_NUMBER() OVER (ORDER BY id)) OVER () FROM orders", "inside a window"),
         ("SELECT RANK() OVER (PARTITION BY customer) FROM orders", "Spark cannot evaluate"),
         ("SELECT SUM(amount) OVER w FROM orders WINDOW v AS (ORDER BY ts)", "unknown window"),
+        ("SELECT SUM(amount) OVER w FROM orders", "unknown window"),
     ],
 )
 def test_misplaced_window_calls_are_located(

@@ -9,12 +9,21 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
+from dd_etl.plan.sql import compile_view
 from dd_etl.runtime import Runtime, sizing
 from tests.support.child_process import main
 from tests.support.trips_and_zones import TRIPS, ZONES
 
 EPOCHS = 4
-VIEWS = ("joined", "counts", "pcs")
+VIEWS = ("joined", "counts", "pcs", "first_fare", "running")
+WINDOWS = {
+    # a hierarchical top-k, then a window over the rows it keeps
+    "first_fare": "SELECT id, pc, fare FROM trips "
+    "QUALIFY ROW_NUMBER() OVER (PARTITION BY pc ORDER BY fare DESC) = 1",
+    # a window over whole partitions
+    "running": "SELECT id, SUM(fare) OVER (PARTITION BY pc ORDER BY id "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run FROM trips",
+}
 
 
 def build(spark: SparkSession, warehouse: Path) -> Runtime:
@@ -24,6 +33,8 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
     flow.view("joined", trips.join(zones, on="pc").select("id", "label"))
     flow.view("counts", trips.count(["pc"]))
     flow.view("pcs", trips.select("pc").distinct())
+    for name, sql in WINDOWS.items():
+        compile_view(flow, sql, {"trips": trips}, name=name)
     return Runtime(flow)
 
 

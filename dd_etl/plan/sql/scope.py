@@ -175,7 +175,8 @@ def _resolver(scope: Scope, loc: Located, call: bool) -> Callable[[exp.Expr], ex
             if call and n.parent is None:
                 return None
             if call:
-                raise loc.error("a window function is not allowed inside a call", n)
+                what = "a window function is not allowed inside a window or aggregate call"
+                raise loc.error(what, n)
             raise loc.error(
                 "a window function is not allowed here (filter by one with QUALIFY, "
                 "or in an outer query)",

@@ -32,27 +32,24 @@ def spell_out_named(select: exp.Select, loc: Located) -> exp.Select:
     """The query with each call over a named window (``OVER w``, ``WINDOW w AS
     (...)``) given the definition's partition, order and frame where it has none."""
     definitions = {w.name.lower(): w for w in select.args.get("windows") or []}
-    if not definitions:
+    spelt = select.copy()
+    spelt.set("windows", None)
+    calls = [n for n in walk_local(spelt) if isinstance(n, exp.Window) and n.args.get("alias")]
+    if not calls and not definitions:
         return select
-
-    def spell(n: exp.Expr) -> exp.Expr:
-        if not isinstance(n, exp.Window) or n.args.get("alias") is None:
-            return n
-        named = definitions.get(n.alias.lower())
+    for call in calls:
+        named = definitions.get(call.alias.lower())
         if named is None:
-            raise loc.error(f"unknown window '{n.alias}'", n)
-        out = n.copy()
+            raise loc.error(f"unknown window '{call.alias}'", call)
+        out = call.copy()
         out.set("alias", None)
         for part in ("order", "spec"):
             if not out.args.get(part) and named.args.get(part):
                 out.set(part, named.args[part].copy())
         if not out.args.get("partition_by"):
             out.set("partition_by", [e.copy() for e in named.args.get("partition_by") or []])
-        return out
-
-    spelt = select.copy()
-    spelt.set("windows", None)
-    return spelt.transform(spell)  # type: ignore[return-value]
+        call.replace(out)
+    return spelt
 
 
 def evaluate(
