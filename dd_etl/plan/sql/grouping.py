@@ -235,10 +235,10 @@ def group(rel: Rel, select: exp.Select, items: list[exp.Expr], names: Names, loc
     if len(sets) == 1 and not flags:
         return Rel(grouped_by(by), after)
     parts = []
+    types = {f.name: f.dataType for f in pre.node.schema.fields}
     for grouping_set in sets:
         present = {column_of[keys.index(k)] for k in grouping_set}
         part = grouped_by([c for c in by if c in present])
-        types = {f.name: f.dataType for f in pre.node.schema.fields}
         named = {c: F.col(c) if c in present else F.lit(None).cast(types[c]) for c in by}
         named |= {a: F.col(a) for a in aggregates}
         for name, args in flags.items():
