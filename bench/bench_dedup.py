@@ -109,8 +109,8 @@ def timed(block: Callable[[], object]) -> float:
 
 
 def run(rt: Runtime) -> dict[str, Any]:
-    """``rt.run()``: its seconds, and its profile's Spark jobs, sizing and seconds
-    per trace (where an epoch's time goes)."""
+    """``rt.run()``: its seconds, and its profile's Spark jobs, sizing, seconds
+    per trace and per phase, summed over threads (where an epoch's time goes)."""
     started = time.perf_counter()
     profile = rt.run().profile
     assert profile is not None
@@ -119,6 +119,7 @@ def run(rt: Runtime) -> dict[str, Any]:
         "spark_jobs": profile.spark_jobs,
         "sizing": profile.sizing,
         "by_trace": {name: round(c.seconds, 3) for name, c in profile.traces.items()},
+        "phases": {p: round(s, 3) for p, s in profile.phases.items()},
     }
 
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--fraction", type=float, default=0.001)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--memory", default="8g")
     parser.add_argument("--workdir", type=Path)

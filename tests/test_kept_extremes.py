@@ -83,6 +83,14 @@ def test_nan_reaches_every_extreme() -> None:
     assert hit([(8, NAN)], current, hashes) == {8}
 
 
+def test_a_first_row_carries_one_side_and_only_it_is_reached() -> None:
+    """A first row per key is a ``min_max`` reduction carrying ``__min`` alone:
+    a retraction reaches it at or below the minimum, whatever lies above."""
+    current = stored([(1, 2.0, 9.0, 11, 1), (2, 1.0, 5.0, 12, 1)]).drop_columns([HIGH])
+    retracted = stored([(1, 9.0, 9.0, 11, -1), (2, 1.0, 1.0, 12, -1)]).drop_columns([HIGH])
+    assert extremes.reached(retracted, current, ["g"]).column("g").to_pylist() == [2]
+
+
 ROWS = StructType(
     [StructField("id", LongType()), StructField("g", LongType()), StructField("x", DoubleType())]
 )

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from dd_etl.plan import Collection, Dataflow
+from dd_etl.plan import nodes as n
 from dd_etl.plan.sql import SqlError, compile_view, explain
 from dd_etl.runtime import Runtime
 from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
@@ -37,6 +38,14 @@ VIEWS: dict[str, str] = {
     "latest_two": "SELECT * FROM (SELECT id, customer, ts, "
     "ROW_NUMBER() OVER (PARTITION BY customer ORDER BY ts DESC, id) AS rn FROM orders) "
     "WHERE rn <= 2",
+    "second": "SELECT id, customer FROM orders "
+    "QUALIFY ROW_NUMBER() OVER (PARTITION BY customer ORDER BY ts, id) = 2",
+    "top_ranked": "SELECT id, customer, amount FROM orders "
+    "QUALIFY RANK() OVER (PARTITION BY customer ORDER BY amount DESC NULLS LAST) <= 2",
+    "dense_top": "SELECT * FROM (SELECT id, status, amount, DENSE_RANK() OVER "
+    "(PARTITION BY status ORDER BY amount NULLS FIRST) AS dr FROM orders) WHERE dr < 3",
+    "tied_top": "SELECT id, amount FROM orders ORDER BY amount DESC NULLS LAST "
+    "FETCH FIRST 3 ROWS WITH TIES",
     "ranks": "SELECT id, RANK() OVER (PARTITION BY customer ORDER BY amount DESC) AS r, "
     "DENSE_RANK() OVER (PARTITION BY customer ORDER BY amount DESC) AS dr, "
     "PERCENT_RANK() OVER (PARTITION BY customer ORDER BY amount) AS pr FROM orders",
@@ -60,6 +69,13 @@ VIEWS: dict[str, str] = {
     "computed_partition": "SELECT DISTINCT customer % 2 AS parity, status, "
     "COUNT(*) OVER (PARTITION BY customer % 2, status) AS n FROM orders",
 }
+
+
+REFERENCE = {
+    "tied_top": "SELECT id, amount FROM orders "
+    "QUALIFY RANK() OVER (ORDER BY amount DESC NULLS LAST) <= 3",
+}
+"""What DuckDB runs for the views it has no syntax for."""
 
 
 def build(spark: SparkSession, warehouse: Path) -> Runtime:
@@ -125,7 +141,7 @@ def test_window_views_equal_duckdb_after_every_epoch(spark: SparkSession, tmp_pa
             history.append({"orders": Counter(live.values())})
             epoch += 1
         assert rt.run().upper == epoch
-    wrong = mismatches(rt, list(VIEWS), duckdb_results(history, DUCKDB_TABLES, VIEWS))
+    wrong = mismatches(rt, list(VIEWS), duckdb_results(history, DUCKDB_TABLES, VIEWS | REFERENCE))
     assert not wrong, wrong
 
 
@@ -139,7 +155,7 @@ def _compiled(spark: SparkSession, warehouse: Path, sql: str) -> Collection:
 def test_explain_shows_the_partition_and_a_single_partition_costs(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    partitioned = explain(_compiled(spark, tmp_path, VIEWS["latest"]))
+    partitioned = explain(_compiled(spark, tmp_path, VIEWS["latest_two"]))
     assert "reduce window" in partitioned and "ROW_NUMBER() OVER (ORDER BY" in partitioned
     assert "per (customer" in partitioned and "not incremental" not in partitioned
     whole = explain(_compiled(spark, tmp_path, VIEWS["whole"]))
@@ -164,13 +180,37 @@ def test_misplaced_window_calls_are_located(
     assert expected in str(info.value) and "line 1, col" in str(info.value), str(info.value)
 
 
-def test_a_row_number_bound_keeps_the_first_rows_by_a_hierarchical_top_k(
+def test_a_row_number_bound_keeps_the_first_rows_before_the_window(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """QUALIFY and an outer WHERE alike: the window numbers the rows a top-k of
-    the partition kept (buckets, then their top rows), not the partition."""
-    for name in ("latest", "latest_two"):
+    """QUALIFY and an outer WHERE alike: ``= 1`` keeps each partition's least
+    row as MIN/MAX are kept (one reduction per partition, its order's ``id``
+    reversed to lead the same way as ``ts DESC``) and needs no window; ``<= 2``,
+    ``= 2`` and a RANK or DENSE_RANK bound number the rows a top-k of the
+    partition kept (buckets, then their top rows, ties kept for a rank), not
+    the partition."""
+    first = explain(_compiled(spark, tmp_path, VIEWS["latest"]))
+    reductions = [line for line in first.splitlines() if "reduce " in line]
+    assert len(reductions) == 1, first
+    assert "reduce min_max first row (max by its order" in reductions[0], first
+    for name in ("latest_two", "second", "top_ranked", "dense_top"):
         text = explain(_compiled(spark, tmp_path, VIEWS[name]))
         top = [line for line in text.splitlines() if "reduce top_k" in line]
-        assert len(top) == 2 and "per (customer, __bucket)" in top[1], text
+        assert len(top) == 2 and ", __bucket)" in top[1], text
         assert text.index("reduce window") < text.index("reduce top_k"), text
+
+
+def test_a_first_row_leads_with_reversed_values_or_takes_the_top_k(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An order mixing directions keeps the one-reduction first row where the
+    values against the lead direction reverse exactly, and the hierarchical
+    top-k where they do not (a string)."""
+    flow = Dataflow(spark, tmp_path)
+    orders = flow.source("orders", ORDERS)
+    kept = orders.first_row(["customer"], [("ts", True), "id"])
+    reduction = kept.node.inputs[0]
+    assert isinstance(reduction, n.Reduce) and reduction.kind == "min_max"
+    assert kept.columns == orders.columns
+    by_status = orders.first_row(["customer"], [("ts", True), "status"]).node
+    assert isinstance(by_status, n.Reduce) and by_status.kind == "top_k"

@@ -20,14 +20,17 @@ the history read is that of the reached keys alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.types import (
+    BooleanType,
     DataType,
     DateType,
+    DecimalType,
     FractionalType,
     IntegralType,
     TimestampNTZType,
@@ -37,7 +40,7 @@ from pyspark.sql.types import (
 from dd_etl import sql_text
 from dd_etl.operators.join import History
 from dd_etl.operators.partitions import union
-from dd_etl.operators.reduce import HIGH, LOW, null_safe_join
+from dd_etl.operators.reduce import HIGH, LOW, null_safe_join, sides
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.consolidation import consolidated
@@ -54,27 +57,47 @@ def comparable(value_type: DataType) -> bool:
     return isinstance(value_type, _ORDERED_ALIKE)
 
 
+def reversed_order(column: str, value_type: DataType) -> str | None:
+    """Spark SQL for a value sorting exactly as ``column`` sorts in the other
+    direction (NULL staying NULL), for the types where one exists: how a first
+    row by an order mixing directions stays the least of one struct. None for
+    the others (strings, floats: NaN sorts above every number either way)."""
+    quoted = quote(column)
+    if isinstance(value_type, BooleanType):
+        return f"NOT {quoted}"
+    if isinstance(value_type, IntegralType):
+        return f"-CAST({quoted} AS DECIMAL(20, 0))"
+    if isinstance(value_type, DecimalType):
+        return f"-{quoted}"
+    if isinstance(value_type, DateType):
+        return f"-unix_date({quoted})"
+    if isinstance(value_type, TimestampType):
+        return f"-CAST(unix_micros({quoted}) AS DECIMAL(20, 0))"
+    return None
+
+
 def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.Table:
     """The keys (key columns and key hash, each once) of ``retractions`` that may
-    retract the current MIN or MAX of their key. ``retractions``: stored input
-    rows with a negative ``_diff``; ``current``: the reduction's stored rows for
-    their hashes up to the change. A key with no current row counts as reached,
-    and so does a NaN anywhere (Spark orders NaN above every number, Arrow does
-    not compare it)."""
-    groups = [*key, LOW, HIGH, KEY_HASH]
+    retract the current MIN or MAX of their key (of those the reduction carries).
+    ``retractions``: stored input rows with a negative ``_diff``; ``current``: the
+    reduction's stored rows for their hashes up to the change. A key with no
+    current row counts as reached, and so does a NaN anywhere (Spark orders NaN
+    above every number, Arrow does not compare it)."""
+    carried = [side for side, _ in sides(current.column_names)]
+    groups = [*key, *carried, KEY_HASH]
     summed = current.group_by(groups).aggregate([(DIFF, "sum")])
     live = summed.filter(pc.greater(summed.column(f"{DIFF}_sum"), 0))
-    bounds = live.group_by([KEY_HASH]).aggregate([(LOW, "max"), (HIGH, "min")])
+    innermost = {LOW: "max", HIGH: "min"}  # the bound a retraction must pass to reach
+    bounds = live.group_by([KEY_HASH]).aggregate([(s, innermost[s]) for s in carried])
     joined = retractions.select(groups).join(bounds, KEY_HASH, join_type="left outer")
-    low, high = joined.column(LOW), joined.column(HIGH)
-    reach = pc.or_kleene(
-        pc.less_equal(low, joined.column(f"{LOW}_max")),
-        pc.greater_equal(high, joined.column(f"{HIGH}_min")),
-    )
-    reach = pc.fill_null(reach, True)
-    if pa.types.is_floating(low.type):
-        nan = pc.or_(pc.is_nan(low), pc.is_nan(high))
-        nan_live = live.filter(pc.or_(pc.is_nan(live.column(LOW)), pc.is_nan(live.column(HIGH))))
+    beyond = {LOW: pc.less_equal, HIGH: pc.greater_equal}
+    tests = [beyond[s](joined.column(s), joined.column(f"{s}_{innermost[s]}")) for s in carried]
+    reach = pc.fill_null(functools.reduce(pc.or_kleene, tests), True)
+    if pa.types.is_floating(joined.column(carried[0]).type):
+        nan = functools.reduce(pc.or_, [pc.is_nan(joined.column(s)) for s in carried])
+        nan_live = live.filter(
+            functools.reduce(pc.or_, [pc.is_nan(live.column(s)) for s in carried])
+        )
         in_nan = pc.is_in(joined.column(KEY_HASH), value_set=nan_live.column(KEY_HASH))
         reach = pc.or_(reach, pc.or_(pc.fill_null(nan, True), in_nan))
     hit = joined.filter(reach).select([*key, KEY_HASH])
@@ -119,12 +142,14 @@ def delta_extremes(
         null_safe_join(input_history(reached_keys), hit_times, key), [*data, time, diff]
     )
     present = consolidated(union(history, hit), [*[c for c in d_in.columns if c != DIFF]])
-    extended = [f"min({LOW}) AS {LOW}", f"max({HIGH}) AS {HIGH}"]
+    carried = sides(out_columns)
+    extended = [f"{f}({side}) AS {side}" for side, f in carried]
     recomputed = sql_text.group(present.where(f"{diff} > 0"), [*key, TIME], extended)
     # the others: their current extremes widened by what they gained
     kept_keys = sql_text.select(kept, keyed).distinct()
-    kept_now = sql_text.select(null_safe_join(current, kept_keys, key), [*keyed, LOW, HIGH, time])
-    gained = sql_text.select(kept.where(f"{diff} > 0"), [*keyed, LOW, HIGH, time])
+    bounds = [*keyed, *(side for side, _ in carried), time]
+    kept_now = sql_text.select(null_safe_join(current, kept_keys, key), bounds)
+    gained = sql_text.select(kept.where(f"{diff} > 0"), bounds)
     widened = sql_text.group(union(kept_now, gained), [*key, TIME], extended)
     new = sql_text.select(union(recomputed, widened), [*out, time, f"CAST(1 AS BIGINT) AS {diff}"])
     old = sql_text.select(current, [*out, time, f"-{diff} AS {diff}"])
@@ -137,8 +162,12 @@ def reached_in_spark(d_in: DataFrame, current: DataFrame, key: Sequence[str]) ->
     NaN above every number and equal to itself, so its comparisons need no case
     of their own."""
     keyed = [quote(k) for k in key]
-    bounds = sql_text.select(current, [*keyed, f"{LOW} AS __cur_min", f"{HIGH} AS __cur_max"])
-    retracted = sql_text.select(d_in.where(f"{quote(DIFF)} < 0"), [*keyed, LOW, HIGH])
+    carried = [side for side, _ in sides(current.columns)]
+    bounds = sql_text.select(current, [*keyed, *(f"{s} AS __current{s}" for s in carried)])
+    retracted = sql_text.select(d_in.where(f"{quote(DIFF)} < 0"), [*keyed, *carried])
     joined = null_safe_join(retracted, bounds, key, how="left")
-    reach = f"__cur_min IS NULL OR {LOW} <= __cur_min OR {HIGH} >= __cur_max"
+    beyond = {LOW: "<=", HIGH: ">="}
+    reach = " OR ".join(
+        [f"__current{carried[0]} IS NULL", *(f"{s} {beyond[s]} __current{s}" for s in carried)]
+    )
     return sql_text.select(joined.where(reach), keyed).distinct()

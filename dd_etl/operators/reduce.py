@@ -11,7 +11,7 @@ The differences telescope, so the output accumulated at any ``e`` is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -27,6 +27,8 @@ AT = "__at"
 NEXT = "__next"
 LOW = "__min"
 HIGH = "__max"
+EXTREMES = ((LOW, "min"), (HIGH, "max"))
+"""The columns a ``min_max`` reduction may carry, each with its aggregate."""
 
 Reducer = Callable[[DataFrame, Sequence[str]], DataFrame]
 """``f``: accumulated input (key, data, ``__at``, positive ``_diff``) to output
@@ -54,9 +56,15 @@ def extreme(kind: str, value: str) -> Reducer:
 
 
 def min_max(acc: DataFrame, key: Sequence[str]) -> DataFrame:
-    """The least ``__min`` and the greatest ``__max`` per key: MIN and MAX carried
-    up one hierarchy of reductions together."""
-    return _per_key(acc, key, [f"min({LOW}) AS {LOW}", f"max({HIGH}) AS {HIGH}"])
+    """The least ``__min`` and the greatest ``__max`` per key, of the two the
+    input carries: MIN and MAX carried up one hierarchy of reductions together,
+    or one side alone (a first row per key)."""
+    return _per_key(acc, key, [f"{f}({side}) AS {side}" for side, f in sides(acc.columns)])
+
+
+def sides(columns: Sequence[str]) -> list[tuple[str, str]]:
+    """The extremes (``__min``, ``__max``) among ``columns``, each with its aggregate."""
+    return [(side, f) for side, f in EXTREMES if side in columns]
 
 
 def collapse(acc: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -92,17 +100,28 @@ def aggregation(calls: Sequence[tuple[str, str]]) -> Reducer:
     return reduce
 
 
-def top_k(order: Sequence[tuple[str, bool]], k: int) -> Reducer:
-    """The first ``k`` rows per key by ``order`` (SQL ORDER BY … LIMIT per group),
-    counting each row as often as its multiplicity; ties broken by the whole row
-    so the result is deterministic."""
+Numbering = Literal["row_number", "rank", "dense_rank"]
+"""How ``top_k`` counts the first ``k``: rows one by one, or ranks shared by ties."""
+
+
+def top_k(
+    order: Sequence[tuple[str, bool]], k: int, numbering: Numbering = "row_number"
+) -> Reducer:
+    """The rows per key numbered at most ``k`` by ``order`` (SQL ORDER BY … LIMIT per
+    group, or, by ``rank``/``dense_rank``, with ties), counting each row as often
+    as its multiplicity; ``row_number`` breaks ties by the whole row so the
+    result is deterministic. Taken per bucket of a key, then of the buckets'
+    rows, either ranking keeps the same rows: a row's rank counts only rows
+    strictly before it, and those rank before it in their buckets too."""
 
     def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
         data = [c for c in acc.columns if c not in (AT, DIFF)]
         copies = each_copy(acc)
         ordering = [F.col(c).desc() if desc else F.col(c).asc() for c, desc in order]
-        window = Window.partitionBy(*key, AT).orderBy(*ordering, *data)
-        kept = copies.withColumn("__rank", F.row_number().over(window)).where(F.col("__rank") <= k)
+        ties = data if numbering == "row_number" else []
+        window = Window.partitionBy(*key, AT).orderBy(*ordering, *ties)
+        number = getattr(F, numbering)().over(window)
+        kept = copies.withColumn("__rank", number).where(F.col("__rank") <= k)
         return kept.groupBy(*data, AT).agg(F.count(F.lit(1)).alias(DIFF))
 
     return reduce

@@ -5,8 +5,9 @@ the file.
 
 No Spark here: Dagster draws an asset's lineage from these when it loads its
 definitions, and ``build.py`` builds the dataflow in the same order, so the graph
-Dagster shows is the one that runs. SQL is parsed with sqlglot only to find the
-tables a query names.
+Dagster shows is the one that runs. SQL is parsed with sqlglot to find the
+tables a query names and to refuse, before Spark starts, what no view may say
+(``plan/sql/refusals.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from sqlglot import exp
 
 from dd_etl.errors import ConfigError
 from dd_etl.pipeline.config import LoadedConfig, ViewConfig
+from dd_etl.plan.sql.errors import Located, SqlError
+from dd_etl.plan.sql.refusals import refuse
 
 
 def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list[str]:
@@ -41,6 +44,14 @@ def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list
             key,
             f"line {line}, col {first.get('col', '?')} of the query: {first.get('description', e)}",
             line_offset=line - 1,
+        ) from None
+    try:
+        refuse(tree, Located(name, view.sql, "spark"))
+    except SqlError as e:
+        line = e.line or 1
+        where = f"line {line}, col {e.col} of the query" if e.line else "the query"
+        raise ConfigError(
+            loaded.file, key, f"{where}: {e.reason}", query_line_in_file(loaded, key, line)
         ) from None
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
     found: list[str] = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import LongType, MapType, StructField, StructType
 
 from dd_etl.errors import NotDeterministic, first_line
 from dd_etl.errors import PlanError as PlanError
@@ -26,8 +26,9 @@ from dd_etl.local_relations import empty_frame
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
+from dd_etl.operators.extremes import reversed_order
 from dd_etl.operators.linear import Expr
-from dd_etl.operators.reduce import AT, HIGH, LOW, Reducer
+from dd_etl.operators.reduce import AT, HIGH, LOW, Numbering, Reducer
 from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
@@ -35,6 +36,7 @@ from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.plan.loops import reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
+from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
 if TYPE_CHECKING:
@@ -414,28 +416,73 @@ class Collection:
         k: int,
         *,
         hierarchical: bool = False,
+        numbering: Numbering = "row_number",
     ) -> Collection:
-        """The first ``k`` rows of each key by ``order_by`` (names, or ``(name, descending)``).
+        """The first ``k`` rows of each key by ``order_by`` (names, or ``(name, descending)``);
+        by ``numbering="rank"`` (``"dense_rank"``), the rows whose SQL RANK (DENSE_RANK)
+        is at most ``k``, ties included.
 
         ``hierarchical``: first the top ``k`` of each of 256 buckets of a key (by the
         row's hash), then of those, so a change re-reads one bucket of its key
         and the buckets' top rows, not the whole key: for keys that may be large."""
-        order = tuple((o, False) if isinstance(o, str) else (o[0], bool(o[1])) for o in order_by)
-        unknown = [c for c, _ in order if c not in self.columns]
-        if unknown or k < 1:
-            raise PlanError(
-                f"top_k: unknown order columns {unknown}" if unknown else "top_k: k must be ≥ 1"
-            )
+        order = self._ordering("top_k", order_by)
+        if k < 1:
+            raise PlanError("top_k: k must be ≥ 1")
         key = tuple(key)
+        params: dict[str, Any] = {"order": order, "limit": k}
+        if numbering != "row_number":  # the default stays out of existing node ids
+            params["numbering"] = numbering
         if not hierarchical:
-            return self._reduce(key, "top_k", self.node.schema, order=order, limit=k)
+            return self._reduce(key, "top_k", self.node.schema, **params)
         bucket = F.shiftrightunsigned(F.xxhash64(*self.columns).bitwiseAND(0xFFFFFFFF), 24)
         bucketed = self.select(*self.columns, __bucket=bucket.cast("long"))
-        level = bucketed._reduce(
-            (*key, "__bucket"), "top_k", bucketed.node.schema, order=order, limit=k
-        )
-        return level.select(*self.columns)._reduce(
-            key, "top_k", self.node.schema, order=order, limit=k
+        level = bucketed._reduce((*key, "__bucket"), "top_k", bucketed.node.schema, **params)
+        return level.select(*self.columns)._reduce(key, "top_k", self.node.schema, **params)
+
+    def _ordering(
+        self, operator: str, order_by: Sequence[str | tuple[str, bool]]
+    ) -> tuple[tuple[str, bool], ...]:
+        """``order_by`` as ``(column, descending)`` pairs, every column one of ours."""
+        order = tuple((o, False) if isinstance(o, str) else (o[0], bool(o[1])) for o in order_by)
+        unknown = [c for c, _ in order if c not in self.columns]
+        if unknown:
+            raise PlanError(f"{operator}: unknown order columns {unknown}")
+        return order
+
+    def first_row(
+        self, key: Sequence[str], order_by: Sequence[str | tuple[str, bool]]
+    ) -> Collection:
+        """The first row of each key by ``order_by`` (as ``top_k``), ties broken by
+        the rest of the row: ``top_k(key, order_by, 1)`` kept as MIN and MAX are,
+        so an insertion only compares with its key's current row and only a
+        retraction of that row reads the key's history (``operators/extremes.py``).
+
+        The row travels as one struct, led by its order values, and is the least
+        of its key's (the greatest, for an order leading with a descending
+        column); an order value sorted the other way leads reversed. An order
+        no struct can follow (a string or float against the lead direction, a
+        map in the row) takes the hierarchical top-k."""
+        key = tuple(key)
+        order = self._ordering("first_row", order_by)
+        lead = bool(order) and order[0][1]
+        fields: dict[str, str | None] = {}  # struct field -> its value
+        for i, (c, desc) in enumerate(order):
+            if desc == lead:
+                fields.setdefault(c, quote(c))
+            else:
+                fields[f"__rank{i}"] = reversed_order(c, self.node.schema[c].dataType)
+        for c in self.columns:
+            fields.setdefault(c, quote(c))
+        maps = [f.name for f in self.node.schema.fields if isinstance(f.dataType, MapType)]
+        if None in fields.values() or maps or not key:
+            return self.top_k(key, order_by, 1, hierarchical=True)
+        packed = [f"{v} AS {quote(f)}" for f, v in fields.items() if f not in key]
+        side = HIGH if lead else LOW
+        row = self.select(*key, **{side: f"struct({', '.join(packed)})"})
+        schema = StructType([*(self.node.schema[k] for k in key), row.node.schema[side]])
+        first = row._reduce(key, "min_max", schema)
+        return first.select(
+            *(c if c in key else F.col(side).getField(c).alias(c) for c in self.columns)
         )
 
     def window(self, partition_by: Sequence[str], **calls: str) -> Collection:

@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from dd_etl.operators.delta_query import Lookup
 from dd_etl.operators.linear import Expr
+from dd_etl.operators.reduce import Numbering
 
 ReduceKind = Literal[
     "distinct",
@@ -143,6 +144,7 @@ class Reduce(Node):
     column: str = "count"  # the counted column's name, or the value min/max reduce
     order: tuple[tuple[str, bool], ...] = ()  # top_k: (column, descending)
     limit: int = 0  # top_k: rows kept per key
+    numbering: Numbering = "row_number"  # top_k: how rows are counted to the limit
     multiplicity: str = ""  # threshold: SQL expression of `_diff`, the row's count
     function: Callable[[Any], Any] | None = None  # general: pandas group -> pandas rows
     values: tuple[str, ...] = ()  # accumulate: the columns counted and summed

@@ -54,7 +54,7 @@ from dd_etl.operators import extremes
 from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.delta_query import delta_query
 from dd_etl.operators.join import delta_join
-from dd_etl.operators.reduce import LOW, delta_reduce
+from dd_etl.operators.reduce import delta_reduce, sides
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.graph import (
@@ -637,16 +637,12 @@ class Interval:
         if source.key_types != target.key_types:
             return None
         changes = self.delta(arranged)  # appended first
-        reached, hashes = None, None
-        if self.driver_rows:
-            found = self._reached_in_driver(node, source, target)
-            if found is None:
-                return None
-            reached, hashes = found
+        found = self._reached_in_driver(node, source, target) if self.driver_rows else None
+        reached, hashes = found if found is not None else (None, None)
         return extremes.delta_extremes(
             changes,
             reached,
-            self.history(arranged, exact=False, hashes=hashes),
+            self.history(arranged, probes=[arranged], exact=False, hashes=hashes),
             self.history(node, probes=[arranged], exact=False),
             node.key,
             node.columns,
@@ -658,7 +654,7 @@ class Interval:
         """The keys whose extremes a retraction may move, as a local relation, and
         their sorted hashes, told from the rows the driver reads; None where it
         cannot tell."""
-        if not extremes.comparable(node.schema[LOW].dataType):
+        if not all(extremes.comparable(node.schema[s].dataType) for s, _ in sides(node.columns)):
             return None
         found = source.stored_rows(since=(self.lower,))
         if found is None:

@@ -35,7 +35,7 @@ def reducer_for(node: n.Reduce) -> Reducer:
         case "min_max":
             return min_max
         case "top_k":
-            return top_k(node.order, node.limit)
+            return top_k(node.order, node.limit, node.numbering)
         case "threshold":
             return threshold(node.multiplicity)
         case "collapse":

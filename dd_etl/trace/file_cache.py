@@ -15,6 +15,7 @@ used files go first.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -25,7 +26,20 @@ import pyarrow.parquet as pq
 
 from dd_etl.profiling import count_bytes
 
-CACHED_BYTES = 512 << 20
+
+def _cached_bytes() -> int:
+    """An eighth of the machine's memory, between 512 MiB and 4 GiB: a cache smaller
+    than the files an epoch's lookups read keeps nothing for the next epoch (each
+    file is dropped before it is read again), so the budget follows the memory
+    there is rather than a constant."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    return min(max(memory // 8, 512 << 20), 4 << 30)
+
+
+CACHED_BYTES = _cached_bytes()
 """Decoded files kept at most, in Arrow bytes."""
 
 

@@ -10,13 +10,8 @@ from sqlglot import exp
 
 from dd_etl.plan.dataflow import Collection, Dataflow
 from dd_etl.plan.sql.errors import Located
-from dd_etl.plan.sql.frontend import (
-    catalog,
-    check_deterministic,
-    check_tables,
-    parse,
-    resolve,
-)
+from dd_etl.plan.sql.frontend import catalog, check_tables, parse, resolve
+from dd_etl.plan.sql.refusals import refuse
 from dd_etl.plan.sql.relational import Compiler
 from dd_etl.plan.sql.scope import columns_read
 
@@ -41,7 +36,7 @@ def compile_view(
     tree = parse(sql, dialect, loc)
     known = catalog(tables)
     check_tables(tree, known, loc)
-    check_deterministic(tree, loc)
+    refuse(tree, loc)
     tree = resolve(tree, known, dialect, loc)
     out = Compiler(flow, known, loc, columns_read(tree)).query(tree, {})
     seen: set[str] = set()

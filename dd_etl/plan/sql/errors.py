@@ -11,8 +11,7 @@ import re
 
 from sqlglot import exp
 
-from dd_etl.errors import NotDeterministic, first_line
-from dd_etl.plan.dataflow import PlanError
+from dd_etl.errors import NotDeterministic, PlanError, first_line
 
 
 class SqlError(PlanError):

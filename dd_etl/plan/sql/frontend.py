@@ -1,7 +1,7 @@
-"""From SQL text to a qualified statement: parse, refuse what cannot be compiled
-yet, check every table, then let sqlglot's ``qualify`` resolve every column
-against the tables' schemas (stars expanded, USING made explicit, every
-projection named). Errors point at the construct in the text as written.
+"""From SQL text to a qualified statement: parse, check every table, then let
+sqlglot's ``qualify`` resolve every column against the tables' schemas (stars
+expanded, USING made explicit, every projection named). Errors point at the
+construct in the text as written.
 """
 
 from __future__ import annotations
@@ -75,41 +75,6 @@ def check_tables(tree: exp.Expr, tables: Mapping[str, Table], loc: Located) -> N
         if name not in tables and name not in ctes:
             known = ", ".join(sorted(t.name for t in tables.values())) or "none"
             raise loc.error(f"unknown table '{table.name}' (tables: {known})", table)
-
-
-CLOCKS = (exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentDatetime)
-CLOCK_NAMES = {"now", "curdate", "today", "localtimestamp", "get_current_time", "unix_timestamp"}
-CHANCE = (exp.Rand, exp.Randn, exp.Uuid)
-CHANCE_NAMES = {"random", "uuid", "monotonically_increasing_id", "spark_partition_id", "shuffle"}
-
-
-def check_deterministic(tree: exp.Expr, loc: Located) -> None:
-    """Refuse a function whose value is not a function of the row: a view's
-    rows are retracted by value, so each evaluation must give the one before's
-    value. (Spark's own flag catches the rest, user functions included, as the
-    operators are built: ``Dataflow.infer``.)"""
-    for node in tree.walk():
-        name = node.name.lower() if isinstance(node, exp.Anonymous) else ""
-        clock = isinstance(node, CLOCKS) or name in CLOCK_NAMES or _clock_default(node)
-        if clock and not (name == "unix_timestamp" and node.expressions):
-            raise loc.error(
-                "the time of evaluation is not deterministic: a re-run would compute other "
-                "rows than those retracted later (take the time from a column of a source, "
-                "such as its event or load time)",
-                node,
-            )
-        if isinstance(node, CHANCE) or name in CHANCE_NAMES:
-            raise loc.error(
-                "a random value is not deterministic: a re-run would compute other rows "
-                "than those retracted later (derive it from the row, e.g. xxhash64 of its "
-                "key columns)",
-                node,
-            )
-
-
-def _clock_default(node: exp.Expr) -> bool:
-    """``unix_timestamp()`` as Spark's dialect parses it: the current time."""
-    return isinstance(node, exp.StrToUnix) and node.this is None
 
 
 UNKNOWN_COLUMN = [

@@ -215,12 +215,7 @@ class Compiler:
     # ----------------------------------------------------------------- SELECT
 
     def select(self, node: exp.Select, ctes: Ctes) -> Output:
-        distinct = node.args.get("distinct")
-        if distinct is not None and distinct.args.get("on"):
-            raise self.loc.unsupported("DISTINCT ON", node)
-        for key in ("connect", "pivots"):
-            if node.args.get(key):
-                raise self.loc.unsupported(key.upper(), node)
+        distinct = node.args.get("distinct")  # DISTINCT ON, PIVOT: refused (refusals.py)
         node = bound_pushed(spell_out_named(node, self.loc))
         where = node.args.get("where")
         rel, rest = self.from_(node, ctes, conjuncts(where.this if where else None))
@@ -254,7 +249,7 @@ class Compiler:
             named[column] = translate(expr, rel.scope, self.loc)
             columns.append(column)
         by_name = dict(zip(outputs, columns, strict=True))
-        limit, offset = self.limit_offset(node)
+        limit, offset, ties = self.limit_offset(node)
         if limit is None and offset == 0:
             coll = self.project(rel, named, node.expressions)
             if distinct is not None:
@@ -282,7 +277,7 @@ class Compiler:
         coll = self.project(rel, named, node.expressions)
         if distinct is not None:
             coll = coll.distinct()
-        coll = self.top(coll, ordering, limit, offset)
+        coll = self.top(coll, ordering, limit, offset, ties)
         return Output(coll.select(*columns), outputs)
 
     def where(self, rel: Rel, cond: exp.Expr, ctes: Ctes) -> Rel:
@@ -312,26 +307,43 @@ class Compiler:
 
     # ------------------------------------------------------- ORDER BY / LIMIT
 
-    def limit_offset(self, node: exp.Expr) -> tuple[int | None, int]:
+    def limit_offset(self, node: exp.Expr) -> tuple[int | None, int, bool]:
+        """LIMIT (or FETCH FIRST … ROWS), OFFSET, and whether ties of the last
+        row are kept too (FETCH … WITH TIES)."""
+
         def number(clause: exp.Expr | None) -> int | None:
             if clause is None:
                 return None
-            value = clause.args.get("expression") or clause.this
+            value = clause.args.get("count") or clause.args.get("expression") or clause.this
             if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
                 raise self.loc.unsupported("a LIMIT or OFFSET that is not a number", clause)
             return int(value.this)
 
-        if node.args.get("fetch"):
-            raise self.loc.unsupported("FETCH", node.args["fetch"])
-        return number(node.args.get("limit")), number(node.args.get("offset")) or 0
+        limit = node.args.get("limit")
+        offset = number(node.args.get("offset")) or 0
+        if not isinstance(limit, exp.Fetch):
+            return number(limit), offset, False
+        options = limit.args.get("limit_options")  # PERCENT: refused (refusals.py)
+        ties = options is not None and bool(options.args.get("with_ties"))
+        if ties and offset:
+            raise self.loc.unsupported("OFFSET with FETCH … WITH TIES", limit)
+        return number(limit), offset, ties
 
     def top(
-        self, coll: Collection, ordering: list[tuple[str, bool]], limit: int | None, offset: int
+        self,
+        coll: Collection,
+        ordering: list[tuple[str, bool]],
+        limit: int | None,
+        offset: int,
+        ties: bool = False,
     ) -> Collection:
         """Rows ``offset`` to ``offset + limit`` by ``ordering`` (ties broken by the
-        whole row): the first ``offset + limit`` minus the first ``offset``."""
+        whole row): the first ``offset + limit`` minus the first ``offset``;
+        with ``ties``, the rows ranked at most ``limit``."""
         if limit == 0:
             return coll.filter("FALSE")
+        if ties and limit is not None:
+            return coll.top_k([], ordering, limit, numbering="rank")
         kept = coll if limit is None else coll.top_k([], ordering, limit + offset)
         if offset:
             kept = kept.concat(coll.top_k([], ordering, offset).negate())
@@ -339,7 +351,7 @@ class Compiler:
 
     def order_limit_output(self, node: exp.Expr, out: Output) -> Output:
         """ORDER BY … LIMIT on a set operation (or a parenthesised query): by output columns."""
-        limit, offset = self.limit_offset(node)
+        limit, offset, ties = self.limit_offset(node)
         if limit is None and offset == 0:
             return out
         order = node.args.get("order")
@@ -356,7 +368,7 @@ class Compiler:
                 (nulls, bool(item.args.get("nulls_first"))),
                 (by_name[expr.name], bool(item.args.get("desc"))),
             ]
-        coll = self.top(out.coll.select(**named), ordering, limit, offset)
+        coll = self.top(out.coll.select(**named), ordering, limit, offset, ties)
         return Output(coll.select(*out.coll.columns), out.names)
 
     # --------------------------------------------------------- set operations

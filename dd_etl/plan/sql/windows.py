@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dd_etl.errors import PlanError
+from dd_etl.operators.reduce import Numbering
 from dd_etl.plan.sql.errors import Located, rejection, spark_reason
 from dd_etl.plan.sql.joins import conjuncts
 from dd_etl.plan.sql.relation import Rel
@@ -57,14 +58,20 @@ def evaluate(
 ) -> Rel:
     """``rel`` with a column per call, one window reduction per distinct
     partition; the scope reads each call as its column. ``qualify``: the QUALIFY
-    conjuncts; where one bounds the only call, a ``ROW_NUMBER() <= k``, the
-    first ``k`` rows of each partition are kept first (``first_rows``)."""
+    conjuncts; where one bounds the only call, a ``ROW_NUMBER() <= k`` (or a
+    RANK, DENSE_RANK), the rows numbered up to ``k`` in each partition are kept
+    first (``first_rows``)."""
     computed: dict[str, str] = {}
     partitions = [_partition(rel, call, computed, names, loc) for call in calls]
     rel = rel.extend(**computed)
-    bounds = [b[1] for c in qualify if (b := row_number_bound(c)) and [b[0]] == calls]
+    bounds = [b[1:] for c in qualify if (b := numbering_bound(c)) and [b[0]] == calls]
     if bounds:
-        rel = first_rows(rel, calls[0], partitions[0], min(bounds), names, loc)
+        k, numbering = min(bounds)
+        rel = first_rows(rel, calls[0], partitions[0], k, numbering, names, loc)
+        if (k, numbering) == (1, "row_number"):  # each partition keeps one row: the first
+            numbered = rel.extend(**{(first := names.hidden("window")): "CAST(1 AS INT)"})
+            replacements = [*numbered.scope.replacements, (calls[0], first)]
+            return Rel(numbered.coll, Scope(rel.scope.columns, replacements, rel.scope.grouped))
     by_partition: dict[tuple[str, ...], dict[str, exp.Window]] = {}
     for call, partition in zip(calls, partitions, strict=True):
         by_partition.setdefault(partition, {})[names.hidden("window")] = call
@@ -104,9 +111,18 @@ def _partition(
     return tuple(key)
 
 
-def row_number_bound(cond: exp.Expr) -> tuple[exp.Window, int] | None:
-    """``ROW_NUMBER() OVER (…) <= k`` (or ``< k``, ``= 1``, either way round):
-    the call and ``k``."""
+NUMBERINGS: dict[type[exp.Expr], Numbering] = {
+    exp.RowNumber: "row_number",
+    exp.Rank: "rank",
+    exp.DenseRank: "dense_rank",
+}
+
+
+def numbering_bound(cond: exp.Expr) -> tuple[exp.Window, int, Numbering] | None:
+    """``ROW_NUMBER() OVER (…) <= k`` (or ``< k``, ``= k``, either way round; or
+    RANK, DENSE_RANK): the call, ``k`` and how it numbers rows. The condition
+    itself still filters the numbered rows; the bound only says none beyond
+    ``k`` is needed."""
     flipped = {exp.GTE: exp.LTE, exp.GT: exp.LT}
     kind: type[exp.Expr] = type(cond)
     left, right = cond.args.get("this"), cond.args.get("expression")
@@ -115,33 +131,48 @@ def row_number_bound(cond: exp.Expr) -> tuple[exp.Window, int] | None:
     if not (
         kind in (exp.LTE, exp.LT, exp.EQ)
         and isinstance(left, exp.Window)
-        and isinstance(left.this, exp.RowNumber)
+        and type(left.this) in NUMBERINGS
         and isinstance(right, exp.Literal)
         and right.is_int
     ):
         return None
     k = int(right.this) - (1 if kind is exp.LT else 0)
-    return (left, k) if k >= 1 and (kind is not exp.EQ or k == 1) else None
+    return (left, k, NUMBERINGS[type(left.this)]) if k >= 1 else None
 
 
 def first_rows(
-    rel: Rel, call: exp.Window, partition: tuple[str, ...], k: int, names: Names, loc: Located
+    rel: Rel,
+    call: exp.Window,
+    partition: tuple[str, ...],
+    k: int,
+    numbering: Numbering,
+    names: Names,
+    loc: Located,
 ) -> Rel:
-    """The first ``k`` rows of each partition in the call's order, ties broken
-    by the whole row as the call breaks them: what ``ROW_NUMBER() <= k`` keeps,
-    by a hierarchical top-k, so a change re-reads a bucket of its partition
-    and the buckets' top rows, not the partition."""
+    """The rows of each partition the call numbers up to ``k``: what
+    ``ROW_NUMBER() <= k`` (RANK, DENSE_RANK) keeps, so a change costs what it
+    touches, not its partition. The first row alone is kept as MIN and MAX are
+    (``Collection.first_row``); more, or ties, by a hierarchical top-k, which
+    re-reads a bucket of the partition and the buckets' top rows. Each order item becomes
+    a NULL flag and its value, sorted the same way, so an order of one
+    direction stays one."""
     computed: dict[str, str] = {}
     ordering: list[tuple[str, bool]] = []
     order = call.args.get("order")
     for item in order.expressions if order else []:
-        value, nulls = names.hidden("order"), names.hidden("nulls")
-        computed[value] = translate(item.this, rel.scope, loc)
-        computed[nulls] = f"({computed[value]}) IS NULL"
+        text, nulls = translate(item.this, rel.scope, loc), names.hidden("nulls")
+        value = next((c for c in rel.coll.columns if quote(c) == text), None)
+        if value is None:  # an expression: computed as a column of its own
+            value = names.hidden("order")
+            computed[value] = text
         first, desc = bool(item.args.get("nulls_first")), bool(item.args.get("desc"))
-        ordering += [(nulls, first), (value, desc)]
+        # TRUE sorts last ascending and first descending
+        computed[nulls] = f"({text}) IS {'' if first == desc else 'NOT '}NULL"
+        ordering += [(nulls, desc), (value, desc)]
     extended = rel.extend(**computed)
-    kept = extended.coll.top_k(partition, ordering, k, hierarchical=True)
+    if (k, numbering) == (1, "row_number"):
+        return Rel(extended.coll.first_row(partition, ordering), rel.scope)
+    kept = extended.coll.top_k(partition, ordering, k, hierarchical=True, numbering=numbering)
     return Rel(kept, rel.scope)
 
 
@@ -167,7 +198,7 @@ def bound_pushed(select: exp.Select) -> exp.Select:
         return n
 
     inner_conds = [c.copy().transform(inlined) for c in conjuncts(where.this)]
-    bounds = [c for c in inner_conds if row_number_bound(c)]
+    bounds = [c for c in inner_conds if numbering_bound(c)]
     if not bounds:
         return select
     out = select.copy()

@@ -10,7 +10,9 @@ marked ``[not incremental: …]``.
 from __future__ import annotations
 
 from pyspark.sql import Column
+from pyspark.sql.types import StructType
 
+from dd_etl.operators.reduce import sides
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.loops import loop_nest
@@ -70,7 +72,8 @@ def describe(node: n.Node) -> str:
             "count": f" as {node.column}",
             "min": f" of {node.column}",
             "max": f" of {node.column}",
-            "top_k": f" {node.limit} by {order}",
+            "top_k": f" {node.limit} by {order}" + _numbering(node),
+            "min_max": _first_row(node),
             "threshold": f" multiplicity {node.multiplicity}",
             "window": " " + ", ".join(f"{name} = {call}" for name, call in node.calls),
             "aggregate": " " + ", ".join(f"{name} = {call}" for name, call in node.calls),
@@ -83,6 +86,21 @@ def describe(node: n.Node) -> str:
     if isinstance(node, n.Variable):
         return "loop variable: the first input, then each iteration's result"
     return type(node).__name__.lower()
+
+
+def _numbering(node: n.Reduce) -> str:
+    return "" if node.numbering == "row_number" else f" with ties ({node.numbering})"
+
+
+def _first_row(node: n.Reduce) -> str:
+    """A ``min_max`` carrying a whole row (``Collection.first_row``) says so."""
+    carried = sides(node.schema.fieldNames())
+    if len(carried) != 1 or not isinstance(node.schema[carried[0][0]].dataType, StructType):
+        return ""
+    return (
+        f" first row ({carried[0][1]} by its order: an insertion compares with the"
+        " current row, only a retraction of it reads its key's history)"
+    )
 
 
 def warning(node: n.Node) -> str | None:
