@@ -153,9 +153,9 @@ def first_rows(
     ``ROW_NUMBER() <= k`` (RANK, DENSE_RANK) keeps, so a change costs what it
     touches, not its partition. The first row alone is kept as MIN and MAX are
     (``Collection.first_row``); more, or ties, by a hierarchical top-k, which
-    re-reads a bucket of the partition and the buckets' top rows. Each order item becomes
-    a NULL flag and its value, sorted the same way, so an order of one
-    direction stays one."""
+    re-reads a bucket of the partition and the buckets' top rows. Each order
+    item becomes a NULL flag and its value, sorted the same way, so an order
+    of one direction stays one."""
     computed: dict[str, str] = {}
     ordering: list[tuple[str, bool]] = []
     order = call.args.get("order")
