@@ -12,8 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
-from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StructField, StructType
 
 from dd_etl.operators import extremes
 from dd_etl.operators.reduce import HIGH, LOW
@@ -170,3 +172,60 @@ def test_kept_extremes_equal_a_scratch_evaluation(
             assert normal(got) == normal(want[view]), (view, epoch)
     assert any(hits < touched for touched, hits in kept)  # some keys kept their extremes
     assert any(hits > 0 for _, hits in kept)  # and some went back to their history
+
+
+def _spark_key(row: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    return tuple((v is not None, v if v is not None else 0) for v in row)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.tuples(st.none() | st.booleans(), st.none() | st.integers(-3, 3)),
+            st.tuples(st.none() | st.booleans(), st.none() | st.integers(-3, 3)),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_struct_values_compare_field_by_field_as_spark_orders_them(
+    pairs: list[tuple[tuple[Any, Any], tuple[Any, Any]]],
+) -> None:
+    """A first row's value is a struct: NULL before every value, then field by field."""
+    value = [pa.chunked_array([pa.array([p[0][i] for p in pairs])]) for i in range(2)]
+    bound = [pa.chunked_array([pa.array([p[1][i] for p in pairs])]) for i in range(2)]
+    types = [pa.bool_(), pa.int64()]
+    value = [v.cast(t) for v, t in zip(value, types, strict=True)]
+    bound = [b.cast(t) for b, t in zip(bound, types, strict=True)]
+    below = extremes._at_or_beyond(value, bound, below=True).to_pylist()
+    above = extremes._at_or_beyond(value, bound, below=False).to_pylist()
+    assert below == [_spark_key(a) <= _spark_key(b) for a, b in pairs]
+    assert above == [_spark_key(a) >= _spark_key(b) for a, b in pairs]
+
+
+def test_a_first_row_struct_is_reached_only_at_or_beyond_the_current_row() -> None:
+    """Rows travel as ``struct(flag, order, rest)``: a retraction of the current
+    greatest row reaches it, one of a lesser row does not."""
+    row = pa.struct([("flag", pa.bool_()), ("at", pa.int64()), ("id", pa.int64())])
+
+    def table(rows: list[tuple[int, dict[str, Any], int]]) -> pa.Table:
+        return pa.table(
+            {
+                "g": pa.array([r[0] for r in rows], pa.int64()),
+                HIGH: pa.array([r[1] for r in rows], row),
+                KEY_HASH: pa.array([r[0] + 10 for r in rows], pa.int64()),
+                TIME: pa.array([0] * len(rows), pa.int64()),
+                DIFF: pa.array([r[2] for r in rows], pa.int64()),
+            }
+        )
+
+    top = {"flag": True, "at": 9, "id": 4}
+    current = table([(1, top, 1), (2, {"flag": True, "at": 5, "id": 1}, 1)])
+    retracted = table(
+        [(1, {"flag": True, "at": 9, "id": 3}, -1), (2, {"flag": True, "at": 5, "id": 1}, -1)]
+    )
+    assert extremes.comparable(
+        StructType([StructField("flag", BooleanType()), StructField("at", LongType())])
+    )
+    assert extremes.reached(retracted, current, ["g"]).column("g").to_pylist() == [2]

@@ -20,7 +20,6 @@ the history read is that of the reached keys alone.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -33,6 +32,7 @@ from pyspark.sql.types import (
     DecimalType,
     FractionalType,
     IntegralType,
+    StructType,
     TimestampNTZType,
     TimestampType,
 )
@@ -53,8 +53,11 @@ _REACHED = "__reached"
 
 def comparable(value_type: DataType) -> bool:
     """Whether the driver can tell for values of this type whether a retraction
-    reaches an extreme."""
-    return isinstance(value_type, _ORDERED_ALIKE)
+    reaches an extreme: Arrow compares them as Spark orders them (a struct field
+    by field, as a first row travels)."""
+    if isinstance(value_type, StructType):
+        return all(comparable(f.dataType) for f in value_type.fields)
+    return isinstance(value_type, (*_ORDERED_ALIKE, BooleanType))
 
 
 def reversed_order(column: str, value_type: DataType) -> str | None:
@@ -80,28 +83,58 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
     """The keys (key columns and key hash, each once) of ``retractions`` that may
     retract the current MIN or MAX of their key (of those the reduction carries).
     ``retractions``: stored input rows with a negative ``_diff``; ``current``: the
-    reduction's stored rows for their hashes up to the change. A key with no
-    current row counts as reached, and so does a NaN anywhere (Spark orders NaN
-    above every number, Arrow does not compare it)."""
+    reduction's stored rows for their hashes up to the change. Each retraction
+    is tested against the current row of every key sharing its hash (another
+    key's can only make it look reached); a key with no current row counts as
+    reached, and so does a NaN anywhere (Spark orders NaN above every number,
+    Arrow does not compare it)."""
     carried = [side for side, _ in sides(current.column_names)]
-    groups = [*key, *carried, KEY_HASH]
-    summed = current.group_by(groups).aggregate([(DIFF, "sum")])
+    values = [*key, *carried]
+    flat = current.select([*values, KEY_HASH, DIFF]).flatten()
+    fields = [c for c in flat.column_names if c not in (*key, KEY_HASH, DIFF)]
+    summed = flat.group_by([*key, *fields, KEY_HASH]).aggregate([(DIFF, "sum")])
     live = summed.filter(pc.greater(summed.column(f"{DIFF}_sum"), 0))
-    innermost = {LOW: "max", HIGH: "min"}  # the bound a retraction must pass to reach
-    bounds = live.group_by([KEY_HASH]).aggregate([(s, innermost[s]) for s in carried])
-    joined = retractions.select(groups).join(bounds, KEY_HASH, join_type="left outer")
-    beyond = {LOW: pc.less_equal, HIGH: pc.greater_equal}
-    tests = [beyond[s](joined.column(s), joined.column(f"{s}_{innermost[s]}")) for s in carried]
-    reach = pc.fill_null(functools.reduce(pc.or_kleene, tests), True)
-    if pa.types.is_floating(joined.column(carried[0]).type):
-        nan = functools.reduce(pc.or_, [pc.is_nan(joined.column(s)) for s in carried])
-        nan_live = live.filter(
-            functools.reduce(pc.or_, [pc.is_nan(live.column(s)) for s in carried])
-        )
-        in_nan = pc.is_in(joined.column(KEY_HASH), value_set=nan_live.column(KEY_HASH))
-        reach = pc.or_(reach, pc.or_(pc.fill_null(nan, True), in_nan))
+    now = {f: f"__current{i}" for i, f in enumerate(fields)}
+    bounds = live.select([KEY_HASH, *fields]).rename_columns([KEY_HASH, *now.values()])
+    bounds = bounds.append_column(_LIVE, pa.array([True] * bounds.num_rows, pa.bool_()))
+    asked = retractions.select([*values, KEY_HASH]).flatten()
+    joined = asked.join(bounds, KEY_HASH, join_type="left outer")
+    reach = pc.is_null(joined.column(_LIVE))
+    for side in carried:
+        mine = [f for f in fields if f == side or f.startswith(f"{side}.")]
+        here = [joined.column(f) for f in mine]
+        there = [joined.column(now[f]) for f in mine]
+        reach = pc.or_(reach, pc.fill_null(_at_or_beyond(here, there, below=side == LOW), True))
+        for column in [*here, *there]:
+            if pa.types.is_floating(column.type):
+                reach = pc.or_(reach, pc.fill_null(pc.is_nan(column), False))
     hit = joined.filter(reach).select([*key, KEY_HASH])
     return hit.group_by([*key, KEY_HASH]).aggregate([])
+
+
+_LIVE = "__live"
+
+
+def _at_or_beyond(
+    value: Sequence[pa.ChunkedArray], bound: Sequence[pa.ChunkedArray], below: bool
+) -> pa.ChunkedArray:
+    """Whether each ``value`` (its fields, in order) is at or below ``bound``
+    (``below``), or at or above it, compared field by field as Spark orders
+    structs: NULL before every value."""
+    result = pc.or_(pc.is_valid(value[0]), pc.is_null(value[0]))  # all equal: at the bound
+    for mine, theirs in reversed(list(zip(value, bound, strict=True))):
+        mine_null, theirs_null = pc.is_null(mine), pc.is_null(theirs)
+        both = pc.and_(pc.invert(mine_null), pc.invert(theirs_null))
+        compare = pc.less if below else pc.greater
+        strictly = pc.or_(
+            pc.and_(
+                mine_null if below else theirs_null, pc.invert(theirs_null if below else mine_null)
+            ),
+            pc.and_(both, pc.fill_null(compare(mine, theirs), False)),
+        )
+        equal = pc.or_(pc.and_(mine_null, theirs_null), pc.fill_null(pc.equal(mine, theirs), False))
+        result = pc.or_(strictly, pc.and_(equal, result))
+    return result
 
 
 def delta_extremes(
