@@ -229,3 +229,24 @@ def test_a_first_row_struct_is_reached_only_at_or_beyond_the_current_row() -> No
         StructType([StructField("flag", BooleanType()), StructField("at", LongType())])
     )
     assert extremes.reached(retracted, current, ["g"]).column("g").to_pylist() == [2]
+
+
+def test_nested_struct_values_are_compared_by_their_innermost_fields() -> None:
+    inner = pa.struct([("at", pa.int64())])
+    row = pa.struct([("flag", pa.bool_()), ("when", inner)])
+
+    def table(rows: list[tuple[int, int, int]]) -> pa.Table:
+        values = [{"flag": True, "when": {"at": at}} for _, at, _ in rows]
+        return pa.table(
+            {
+                "g": pa.array([g for g, _, _ in rows], pa.int64()),
+                LOW: pa.array(values, row),
+                KEY_HASH: pa.array([g + 10 for g, _, _ in rows], pa.int64()),
+                TIME: pa.array([0] * len(rows), pa.int64()),
+                DIFF: pa.array([d for _, _, d in rows], pa.int64()),
+            }
+        )
+
+    current = table([(1, 3, 1), (2, 3, 1)])
+    retracted = table([(1, 3, -1), (2, 4, -1)])  # key 1's least row, a row above key 2's
+    assert extremes.reached(retracted, current, ["g"]).column("g").to_pylist() == [1]

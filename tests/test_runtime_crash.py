@@ -37,10 +37,10 @@ def uninterrupted(
         ("append.committed=16", None),
         # sized past small at 8 source records: both runs are. Their batches bounded
         # by the trace logs are written together by the executors, a layer's in one
-        # job; the second's third layer, which reads fewer records, runs small
+        # job. At 9, half the layers read few enough records to run small
         ("append.files_written=5", "8"),
         ("layer.written=2", "8"),
-        ("layer.collected=1", "8"),
+        ("layer.collected=1", "9"),
     ],
 )
 def test_a_killed_run_recovers_to_the_uninterrupted_result(

@@ -16,6 +16,10 @@ appended, and the reduction's current rows for their key hashes. The test is
 made per hash and is conservative (the row of another key sharing a hash can
 only make a key look reached), so every key left out keeps its extremes, and
 the history read is that of the reached keys alone.
+
+A first row per key (``Collection.first_row``) is one side of such a
+reduction, its value the whole row as one struct led by its order: compared
+field by field, as Spark orders structs.
 """
 
 from __future__ import annotations
@@ -89,15 +93,14 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
     reached, and so does a NaN anywhere (Spark orders NaN above every number,
     Arrow does not compare it)."""
     carried = [side for side, _ in sides(current.column_names)]
-    values = [*key, *carried]
-    flat = current.select([*values, KEY_HASH, DIFF]).flatten()
-    fields = [c for c in flat.column_names if c not in (*key, KEY_HASH, DIFF)]
+    flat = _fields_flat(current, [*key, KEY_HASH, DIFF], carried)
+    fields = flat.column_names[len(key) + 2 :]
     summed = flat.group_by([*key, *fields, KEY_HASH]).aggregate([(DIFF, "sum")])
     live = summed.filter(pc.greater(summed.column(f"{DIFF}_sum"), 0))
     now = {f: f"__current{i}" for i, f in enumerate(fields)}
     bounds = live.select([KEY_HASH, *fields]).rename_columns([KEY_HASH, *now.values()])
     bounds = bounds.append_column(_LIVE, pa.array([True] * bounds.num_rows, pa.bool_()))
-    asked = retractions.select([*values, KEY_HASH]).flatten()
+    asked = _fields_flat(retractions, [*key, KEY_HASH], carried)
     joined = asked.join(bounds, KEY_HASH, join_type="left outer")
     reach = pc.is_null(joined.column(_LIVE))
     for side in carried:
@@ -113,6 +116,18 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
 
 
 _LIVE = "__live"
+
+
+def _fields_flat(table: pa.Table, kept: Sequence[str], values: Sequence[str]) -> pa.Table:
+    """The ``kept`` columns, then each of ``values`` as its innermost fields'
+    columns (``__max.at`` for a struct's field ``at``), in order."""
+    flat = table.select(list(values))
+    while any(pa.types.is_struct(t) for t in flat.schema.types):
+        flat = flat.flatten()
+    head = table.select(list(kept))
+    return pa.Table.from_arrays(
+        [*head.columns, *flat.columns], names=[*head.column_names, *flat.column_names]
+    )
 
 
 def _at_or_beyond(
