@@ -198,8 +198,8 @@ def test_struct_values_compare_field_by_field_as_spark_orders_them(
     types = [pa.bool_(), pa.int64()]
     value = [v.cast(t) for v, t in zip(value, types, strict=True)]
     bound = [b.cast(t) for b, t in zip(bound, types, strict=True)]
-    below = extremes._at_or_beyond(value, bound, below=True).to_pylist()
-    above = extremes._at_or_beyond(value, bound, below=False).to_pylist()
+    below = extremes.at_or_beyond(value, bound, below=True).to_pylist()
+    above = extremes.at_or_beyond(value, bound, below=False).to_pylist()
     assert below == [_spark_key(a) <= _spark_key(b) for a, b in pairs]
     assert above == [_spark_key(a) >= _spark_key(b) for a, b in pairs]
 

@@ -4,8 +4,8 @@ deleted and a partition is emptied; one run of one epoch and one of three."""
 
 from __future__ import annotations
 
+import functools
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from dd_etl.plan import Collection, Dataflow
 from dd_etl.plan import nodes as n
 from dd_etl.plan.sql import SqlError, compile_view, explain
-from dd_etl.runtime import Runtime
-from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
+from tests.support.sql_oracle import Row, duckdb_views, epochs_against_duckdb
 
 pytestmark = pytest.mark.spark
 
@@ -29,7 +28,7 @@ ORDERS = StructType(
         StructField("status", StringType()),
     ]
 )
-DUCKDB_TABLES = {"orders": "id BIGINT, customer BIGINT, amount DOUBLE, ts BIGINT, status VARCHAR"}
+DUCKDB_TABLE = "id BIGINT, customer BIGINT, amount DOUBLE, ts BIGINT, status VARCHAR"
 
 # DuckDB SQL; ids are unique, so an order ending in id is total
 VIEWS: dict[str, str] = {
@@ -78,14 +77,6 @@ REFERENCE = {
 """What DuckDB runs for the views it has no syntax for."""
 
 
-def build(spark: SparkSession, warehouse: Path) -> Runtime:
-    flow = Dataflow(spark, warehouse)
-    tables: dict[str, Collection] = {"orders": flow.source("orders", ORDERS, key=["id"])}
-    for name, sql in VIEWS.items():
-        compile_view(flow, sql, tables, name=name, dialect="duckdb")
-    return Runtime(flow)
-
-
 def order(rng: random.Random, id_: int) -> Row:
     return (
         id_,
@@ -129,19 +120,10 @@ def epoch_changes(
 
 
 def test_window_views_equal_duckdb_after_every_epoch(spark: SparkSession, tmp_path: Path) -> None:
-    rng = random.Random(5)
-    rt = build(spark, tmp_path / "warehouse")
-    live: dict[int, Row] = {}
-    history: list[dict[str, Counter[Row]]] = []
-    next_id, epoch = 0, 0
-    for epochs_in_run in (1, 3):
-        for _ in range(epochs_in_run):
-            changes, next_id = epoch_changes(rng, live, next_id, epoch)
-            append_changes(spark, rt, "orders", ORDERS, changes, epoch)
-            history.append({"orders": Counter(live.values())})
-            epoch += 1
-        assert rt.run().upper == epoch
-    wrong = mismatches(rt, list(VIEWS), duckdb_results(history, DUCKDB_TABLES, VIEWS | REFERENCE))
+    rt = duckdb_views(spark, tmp_path / "warehouse", "orders", ORDERS, VIEWS)
+    changes = functools.partial(epoch_changes, random.Random(5))
+    views = VIEWS | REFERENCE
+    wrong = epochs_against_duckdb(spark, rt, "orders", ORDERS, DUCKDB_TABLE, (1, 3), changes, views)
     assert not wrong, wrong
 
 

@@ -25,6 +25,8 @@ field by field, as Spark orders structs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,6 +85,46 @@ def reversed_order(column: str, value_type: DataType) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class OrderField:
+    """A field of a struct sorting as an order does: a column's value, its NULL
+    flag, or its value reversed; ``sql`` computes it from the row."""
+
+    name: str
+    column: str
+    form: Literal["value", "null", "reversed"]
+    sql: str
+
+
+def order_struct(
+    order: Sequence[tuple[str, bool, bool]], schema: StructType
+) -> list[OrderField] | None:
+    """The fields of a struct sorting as ``order`` (``(column, descending, NULLs
+    first)``) sorts, in its lead direction: a column sorted the lead's way is
+    itself, one sorted the other way reversed (``reversed_order``, field
+    ``__rank<i>``); where NULLs go elsewhere than a struct puts them (first
+    ascending, last descending), a flag ``__null<i>`` before the value moves
+    them. None where a value cannot be reversed."""
+    lead = bool(order) and order[0][1]
+    fields: dict[str, OrderField] = {}
+    for i, (c, desc, nulls_first) in enumerate(order):
+        if nulls_first == lead:
+            fields[f"__null{i}"] = OrderField(f"__null{i}", c, "null", f"{quote(c)} IS NULL")
+        if desc == lead:
+            fields.setdefault(c, OrderField(c, c, "value", quote(c)))
+            continue
+        reversed_value = reversed_order(c, schema[c].dataType)
+        if reversed_value is None:
+            return None
+        fields[f"__rank{i}"] = OrderField(f"__rank{i}", c, "reversed", reversed_value)
+    return list(fields.values())
+
+
+def packed(fields: Sequence[OrderField]) -> str:
+    """Spark SQL for the struct of ``fields``."""
+    return "struct(" + ", ".join(f"{f.sql} AS {quote(f.name)}" for f in fields) + ")"
+
+
 def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.Table:
     """The keys (key columns and key hash, each once) of ``retractions`` that may
     retract the current MIN or MAX of their key (of those the reduction carries).
@@ -93,21 +135,21 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
     reached, and so does a NaN anywhere (Spark orders NaN above every number,
     Arrow does not compare it)."""
     carried = [side for side, _ in sides(current.column_names)]
-    flat = _fields_flat(current, [*key, KEY_HASH, DIFF], carried)
+    flat = fields_flat(current, [*key, KEY_HASH, DIFF], carried)
     fields = flat.column_names[len(key) + 2 :]
     summed = flat.group_by([*key, *fields, KEY_HASH]).aggregate([(DIFF, "sum")])
     live = summed.filter(pc.greater(summed.column(f"{DIFF}_sum"), 0))
     now = {f: f"__current{i}" for i, f in enumerate(fields)}
     bounds = live.select([KEY_HASH, *fields]).rename_columns([KEY_HASH, *now.values()])
     bounds = bounds.append_column(_LIVE, pa.array([True] * bounds.num_rows, pa.bool_()))
-    asked = _fields_flat(retractions, [*key, KEY_HASH], carried)
+    asked = fields_flat(retractions, [*key, KEY_HASH], carried)
     joined = asked.join(bounds, KEY_HASH, join_type="left outer")
     reach = pc.is_null(joined.column(_LIVE))
     for side in carried:
         mine = [f for f in fields if f == side or f.startswith(f"{side}.")]
         here = [joined.column(f) for f in mine]
         there = [joined.column(now[f]) for f in mine]
-        reach = pc.or_(reach, pc.fill_null(_at_or_beyond(here, there, below=side == LOW), True))
+        reach = pc.or_(reach, pc.fill_null(at_or_beyond(here, there, below=side == LOW), True))
         for column in [*here, *there]:
             if pa.types.is_floating(column.type):
                 reach = pc.or_(reach, pc.fill_null(pc.is_nan(column), False))
@@ -118,7 +160,7 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
 _LIVE = "__live"
 
 
-def _fields_flat(table: pa.Table, kept: Sequence[str], values: Sequence[str]) -> pa.Table:
+def fields_flat(table: pa.Table, kept: Sequence[str], values: Sequence[str]) -> pa.Table:
     """The ``kept`` columns, then each of ``values`` as its innermost fields'
     columns (``__max.at`` for a struct's field ``at``), in order."""
     flat = table.select(list(values))
@@ -130,7 +172,7 @@ def _fields_flat(table: pa.Table, kept: Sequence[str], values: Sequence[str]) ->
     )
 
 
-def _at_or_beyond(
+def at_or_beyond(
     value: Sequence[pa.ChunkedArray], bound: Sequence[pa.ChunkedArray], below: bool
 ) -> pa.ChunkedArray:
     """Whether each ``value`` (its fields, in order) is at or below ``bound``

@@ -83,7 +83,7 @@ def window(calls: Sequence[Call]) -> Reducer:
 
     def reduce(acc: DataFrame, key: Sequence[str]) -> DataFrame:
         data = [c for c in acc.columns if c not in (AT, DIFF)]
-        ties = _orderable(acc.schema, data)
+        ties = orderable(acc.schema, data)
         copies = each_copy(acc)
         values = [
             f"{partitioned(call, [*key, AT], ties)} AS {quote(name)}" for name, call in parsed
@@ -95,6 +95,6 @@ def window(calls: Sequence[Call]) -> Reducer:
     return reduce
 
 
-def _orderable(schema: StructType, columns: Sequence[str]) -> list[str]:
+def orderable(schema: StructType, columns: Sequence[str]) -> list[str]:
     """The columns Spark can sort by (not maps)."""
     return [c for c in columns if not isinstance(schema[c].dataType, MapType)]

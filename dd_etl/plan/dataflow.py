@@ -26,9 +26,10 @@ from dd_etl.local_relations import empty_frame
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
 from dd_etl.operators.delta_query import lookup_orders
-from dd_etl.operators.extremes import reversed_order
+from dd_etl.operators.extremes import order_struct, packed
 from dd_etl.operators.linear import Expr
 from dd_etl.operators.reduce import AT, HIGH, LOW, Numbering, Reducer
+from dd_etl.operators.running import running_calls
 from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import function_id, node_id
@@ -397,17 +398,20 @@ class Collection:
         schema: StructType,
         column: str = "",
         identity: dict[str, Any] | None = None,
+        beside: tuple[n.Node, ...] = (),
         **params: Any,
     ) -> Collection:
         """``identity``: what stands for some ``params`` in the node id (a function's
         fingerprint for the function). The input is arranged by ``key``, unless it
         is a linear function of traces all keyed so (``keyed_leaves``) outside any
-        loop: the reduction then reads their histories, and a trace is saved."""
+        loop: the reduction then reads their histories, and a trace is saved.
+        ``beside``: what a running window's rule reads besides its input."""
         direct = keyed_leaves(self.node, key) is not None and not reads_loop_variable(self.node)
         arranged = self.node if direct else self.flow.arrangement(self.node, key)
         params.update(key=key, kind=kind, column=column)
-        named = node_id(kind, (arranged.id,), schema, **(params | (identity or {})))
-        return Collection(self.flow, n.Reduce(named, (arranged,), schema, **params))
+        inputs = (arranged, *beside)
+        named = node_id(kind, tuple(i.id for i in inputs), schema, **(params | (identity or {})))
+        return Collection(self.flow, n.Reduce(named, inputs, schema, **params))
 
     def top_k(
         self,
@@ -465,17 +469,13 @@ class Collection:
         key = tuple(key)
         order = self._ordering("first_row", order_by)
         lead = bool(order) and order[0][1]
-        fields: dict[str, str | None] = {}  # struct field -> its value
-        for i, (c, desc) in enumerate(order):
-            if desc == lead:
-                fields.setdefault(c, quote(c))
-            else:
-                fields[f"__rank{i}"] = reversed_order(c, self.node.schema[c].dataType)
+        ordered = order_struct([(c, d, not d) for c, d in order], self.node.schema)
+        maps = [f.name for f in self.node.schema.fields if isinstance(f.dataType, MapType)]
+        if ordered is None or maps or not key:
+            return self.top_k(key, order_by, 1, hierarchical=True)
+        fields = {f.name: f.sql for f in ordered}  # struct field -> its value
         for c in self.columns:
             fields.setdefault(c, quote(c))
-        maps = [f.name for f in self.node.schema.fields if isinstance(f.dataType, MapType)]
-        if None in fields.values() or maps or not key:
-            return self.top_k(key, order_by, 1, hierarchical=True)
         packed = [f"{v} AS {quote(f)}" for f, v in fields.items() if f not in key]
         side = HIGH if lead else LOW
         row = self.select(*key, **{side: f"struct({', '.join(packed)})"})
@@ -492,7 +492,9 @@ class Collection:
 
         A change re-evaluates the partitions it touches, reading their history:
         the work follows the partitions touched, not the input (with no
-        ``partition_by``, the input is one partition)."""
+        ``partition_by``, the input is one partition). Running ``SUM``/``COUNT``/
+        ``ROW_NUMBER`` over one order (``operators/running.py``) are kept from
+        each partition's totals where rows arrive after its last one."""
         key = tuple(partition_by)
         clash = [c for c in calls if c in self.columns]
         if clash or not calls:
@@ -501,7 +503,20 @@ class Collection:
             )
         named = tuple(calls.items())
         schema = self.flow.reduced_schema(self.node, key, window(named), "window")
-        return self._reduce(key, "window", schema, calls=named)
+        running = running_calls(named, self.node.schema, key)
+        ordered = None if running is None else order_struct(running.order, self.node.schema)
+        # the rows of a top-k are few per key: re-read whole, they need nothing beside
+        few = isinstance(self.node, n.Reduce) and (self.node.kind, self.node.key) == ("top_k", key)
+        if running is None or ordered is None or not key or few or reads_loop_variable(self.node):
+            return self._reduce(key, "window", schema, calls=named)
+        # beside the window: each partition's last row by its order, and its totals
+        side = running.side
+        ends = self.select(*key, **{side: packed(ordered)})
+        last_schema = StructType([*(self.node.schema[k] for k in key), ends.node.schema[side]])
+        last = ends._reduce(key, "min_max", last_schema)
+        totals = self.accumulate(key, running.values)
+        beside = (last.node, totals.node)
+        return self._reduce(key, "running", schema, beside=beside, calls=named)
 
     def threshold(self, multiplicity: str) -> Collection:
         """Map each distinct row's multiplicity through a SQL expression of ``_diff``:

@@ -29,6 +29,7 @@ ReduceKind = Literal[
     "general",
     "accumulate",
     "window",
+    "running",
     "aggregate",
 ]
 
@@ -137,7 +138,11 @@ class DeltaQuery(Node):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Reduce(Node):
-    """Per-key reduction of an arrangement; its output is kept as a trace by key."""
+    """Per-key reduction of an arrangement; its output is kept as a trace by key.
+
+    Its value is a function of ``inputs[0]`` alone. A ``running`` window has two
+    more inputs, per key its last row's order and its totals, which only the
+    rule computing its changes reads (``operators/running.py``)."""
 
     key: tuple[str, ...]
     kind: ReduceKind
@@ -148,7 +153,7 @@ class Reduce(Node):
     multiplicity: str = ""  # threshold: SQL expression of `_diff`, the row's count
     function: Callable[[Any], Any] | None = None  # general: pandas group -> pandas rows
     values: tuple[str, ...] = ()  # accumulate: the columns counted and summed
-    calls: tuple[tuple[str, str], ...] = ()  # window, aggregate: (column, Spark SQL call)
+    calls: tuple[tuple[str, str], ...] = ()  # window, running, aggregate: (column, call)
 
     @property
     def trace_name(self) -> str:

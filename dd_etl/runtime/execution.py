@@ -41,6 +41,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
@@ -50,11 +51,13 @@ from dd_etl.arrow_schema import arrow_schema
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.local_relations import local_relation
-from dd_etl.operators import extremes
+from dd_etl.operators import extremes, running
 from dd_etl.operators.accumulate import delta_accumulate
 from dd_etl.operators.delta_query import delta_query
+from dd_etl.operators.extremes import order_struct
 from dd_etl.operators.join import delta_join
 from dd_etl.operators.reduce import delta_reduce, sides
+from dd_etl.operators.running import delta_running, running_calls
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.graph import (
@@ -611,15 +614,87 @@ class Interval:
         kept = self._kept_extremes(node, probes)
         if kept is not None:
             return kept
-        return delta_reduce(
-            self.delta(node.inputs[0]),
-            self.history(node.inputs[0], probes=probes, exact=False),
-            self.history(node, probes=probes, exact=False),
+
+        def reduced(changes: DataFrame, hashes: list[int] | None = None) -> DataFrame:
+            return delta_reduce(
+                changes,
+                self.history(node.inputs[0], probes=probes, exact=False, hashes=hashes),
+                self.history(node, probes=probes, exact=False, hashes=hashes),
+                node.key,
+                node.columns,
+                reducer_for(node),
+                one_time=self.upper - self.lower == 1,
+            )
+
+        if node.kind == "running" and self.upper - self.lower == 1:
+            return self._running(node, probes, reduced)
+        return reduced(self.delta(node.inputs[0]))
+
+    def _running(
+        self,
+        node: n.Reduce,
+        probes: Sequence[n.Node],
+        reduced: Callable[[DataFrame, list[int] | None], DataFrame],
+    ) -> DataFrame:
+        """The changes of a running window at one epoch (``operators/running.py``):
+        the partitions whose rows arrived after their last one from their totals,
+        the others by the window rule (``reduced``), reading the history of those
+        alone where the driver tells which they are."""
+        arranged, last, totals = node.inputs
+        found = running_calls(node.calls, arranged.schema, node.key)
+        ordered = None if found is None else order_struct(found.order, arranged.schema)
+        if found is None or ordered is None:
+            raise PlanError(f"reduction {node.id}: its calls are not running aggregates")
+        changes = self.delta(arranged)  # appended first
+        told = self._out_of_order_in_driver(node, found, ordered, probes)
+        keys, hashes = told if told is not None else (None, None)
+        return delta_running(
+            changes,
+            keys,
+            self.history(last, probes=probes),
+            self.history(totals, probes=probes),
+            lambda rest: reduced(rest, hashes),
             node.key,
-            node.columns,
-            reducer_for(node),
-            one_time=self.upper - self.lower == 1,
+            found,
+            ordered,
+            node.schema,
         )
+
+    def _out_of_order_in_driver(
+        self,
+        node: n.Reduce,
+        found: running.Running,
+        ordered: Sequence[extremes.OrderField],
+        probes: Sequence[n.Node],
+    ) -> tuple[DataFrame, list[int]] | None:
+        """The keys whose changes are not all insertions after their last row, as a
+        local relation, and their sorted hashes, told from the rows the driver
+        reads; None where it cannot tell."""
+        arranged, last, _ = node.inputs
+        if not self.driver_rows or list(probes) != [arranged]:
+            return None
+        source, lasts = self.rt.trace(arranged), self.rt.trace(last)
+        if source.key_types != lasts.key_types or not extremes.comparable(
+            last.schema[found.side].dataType
+        ):
+            return None
+        changed = source.stored_rows(since=(self.lower,))
+        if changed is None:
+            return None
+        hashes = sorted(set(changed.column(KEY_HASH).to_pylist()))
+        current = lasts.stored_rows(at=(self.lower - 1,), key_hashes=hashes)
+        if current is None:
+            return None
+        hit = running.out_of_order(changed, current, node.key, found, ordered)
+        return None if hit is None else self._keys_relation(node, hit)
+
+    def _keys_relation(self, node: n.Reduce, hit: pa.Table) -> tuple[DataFrame, list[int]]:
+        """Keys the driver found (key columns and key hash) as a local relation of
+        ``node``'s key columns, and their sorted hashes."""
+        key_schema = StructType([node.schema[k] for k in node.key])
+        keys = hit.select(list(node.key)).cast(arrow_schema(key_schema))
+        hashes = sorted(hit.column(KEY_HASH).to_pylist())
+        return local_relation(self.rt.spark, keys, key_schema), hashes
 
     def _kept_extremes(self, node: n.Reduce, probes: Sequence[n.Node]) -> DataFrame | None:
         """The changes of a MIN/MAX reduction with the history read only for the keys
@@ -664,11 +739,7 @@ class Interval:
         current = target.stored_rows(at=(self.lower - 1,), key_hashes=hashes)
         if current is None:
             return None
-        hit = extremes.reached(retractions, current, node.key)
-        key_schema = StructType([node.schema[k] for k in node.key])
-        keys = hit.select(list(node.key)).cast(arrow_schema(key_schema))
-        hashes = sorted(hit.column(KEY_HASH).to_pylist())
-        return local_relation(self.rt.spark, keys, key_schema), hashes
+        return self._keys_relation(node, extremes.reached(retractions, current, node.key))
 
     def _iterate(self, loop: n.Iterate, start: int) -> DataFrame:
         views = [v.name for v in dependants(list(self.rt.flow.views.values()), {loop.id})]

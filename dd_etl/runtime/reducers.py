@@ -42,7 +42,7 @@ def reducer_for(node: n.Reduce) -> Reducer:
             return collapse
         case "accumulate":
             return accumulation(node.values)
-        case "window":
+        case "window" | "running":
             return window(node.calls)
         case "aggregate":
             return aggregation(node.calls)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.plan import Dataflow
+from dd_etl.plan.sql import compile_view
 from dd_etl.runtime import Runtime
 
 Row = tuple[Any, ...]
@@ -93,3 +96,46 @@ def mismatches(
             if ours != bags[name]:
                 wrong.append((name, e, ours, bags[name]))
     return wrong
+
+
+Changes = Callable[[dict[int, Row], int, int], tuple[list[tuple[Row, int]], int]]
+"""``(live rows by id, next id, epoch)`` to the epoch's ``(row, diff)`` pairs
+(``live`` updated) and the next id."""
+
+
+def duckdb_views(
+    spark: SparkSession, warehouse: Path, table: str, schema: StructType, views: Mapping[str, str]
+) -> Runtime:
+    """DuckDB-dialect ``views`` over one source ``table`` keyed by ``id``."""
+    flow = Dataflow(spark, warehouse)
+    tables = {table: flow.source(table, schema, key=["id"])}
+    for name, sql in views.items():
+        compile_view(flow, sql, tables, name=name, dialect="duckdb")
+    return Runtime(flow)
+
+
+def epochs_against_duckdb(
+    spark: SparkSession,
+    rt: Runtime,
+    table: str,
+    schema: StructType,
+    ddl: str,
+    runs: Sequence[int],
+    changes: Changes,
+    views: Mapping[str, str],
+) -> list[tuple[str, int, Counter[Row], Counter[Row]]]:
+    """Runs of ``runs[i]`` epochs of ``changes`` each, then ``mismatches`` of the
+    runtime's views against DuckDB running ``views`` (the runtime's, and the
+    SQL DuckDB runs for those it has no syntax for) after every epoch."""
+    live: dict[int, Row] = {}
+    history: list[dict[str, Counter[Row]]] = []
+    next_id, epoch = 0, 0
+    for epochs_in_run in runs:
+        for _ in range(epochs_in_run):
+            rows, next_id = changes(live, next_id, epoch)
+            append_changes(spark, rt, table, schema, rows, epoch)
+            history.append({table: Counter(live.values())})
+            epoch += 1
+        assert rt.run().upper == epoch
+    names = list(rt.flow.views)
+    return mismatches(rt, names, duckdb_results(history, {table: ddl}, views))

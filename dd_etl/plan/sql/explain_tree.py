@@ -68,6 +68,7 @@ def describe(node: n.Node) -> str:
         return f"arrange by {_cols(node.key)}"
     if isinstance(node, n.Reduce):
         order = ", ".join(c + (" desc" if d else "") for c, d in node.order)
+        calls = " " + ", ".join(f"{name} = {call}" for name, call in node.calls)
         detail = {
             "count": f" as {node.column}",
             "min": f" of {node.column}",
@@ -75,8 +76,10 @@ def describe(node: n.Node) -> str:
             "top_k": f" {node.limit} by {order}" + _numbering(node),
             "min_max": _first_row(node),
             "threshold": f" multiplicity {node.multiplicity}",
-            "window": " " + ", ".join(f"{name} = {call}" for name, call in node.calls),
-            "aggregate": " " + ", ".join(f"{name} = {call}" for name, call in node.calls),
+            "window": calls,
+            "running": calls + " (rows after their partition's last one add to its totals,"
+            " read beside it; any other change re-evaluates its partition)",
+            "aggregate": calls,
         }.get(node.kind, "")
         return f"reduce {node.kind}{detail} per {_cols(node.key)}"
     if isinstance(node, n.Accumulate):

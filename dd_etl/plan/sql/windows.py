@@ -8,10 +8,13 @@ QUALIFY, DISTINCT and ORDER BY, which read their values as columns.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlglot import exp
 
 from dd_etl.errors import PlanError
 from dd_etl.operators.reduce import Numbering
+from dd_etl.operators.running import running_calls
 from dd_etl.plan.sql.errors import Located, rejection, spark_reason
 from dd_etl.plan.sql.joins import conjuncts
 from dd_etl.plan.sql.relation import Rel
@@ -72,12 +75,16 @@ def evaluate(
             numbered = rel.extend(**{(first := names.hidden("window")): "CAST(1 AS INT)"})
             replacements = [*numbered.scope.replacements, (calls[0], first)]
             return Rel(numbered.coll, Scope(rel.scope.columns, replacements, rel.scope.grouped))
-    by_partition: dict[tuple[str, ...], dict[str, exp.Window]] = {}
+    # one reduction per partition, and one per order of its running aggregates
+    by_partition: dict[tuple[Any, ...], dict[str, exp.Window]] = {}
     for call, partition in zip(calls, partitions, strict=True):
-        by_partition.setdefault(partition, {})[names.hidden("window")] = call
+        text = translate_window(call, rel.scope, loc)
+        running = running_calls([("_", text)], rel.coll.node.schema, partition)
+        group = (partition, None if running is None else running.order)
+        by_partition.setdefault(group, {})[names.hidden("window")] = call
     coll = rel.coll
     replacements = list(rel.scope.replacements)
-    for partition, named in by_partition.items():
+    for (partition, _), named in by_partition.items():
         texts = {name: translate_window(call, rel.scope, loc) for name, call in named.items()}
         try:
             coll = coll.window(partition, **texts)

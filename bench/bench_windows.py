@@ -1,21 +1,31 @@
-"""Benchmark: the dedup every dbt project has, incremental against plain Spark SQL.
+"""Benchmark: the window patterns of every dbt project, incremental against plain Spark SQL.
+
+``--query dedup`` (default), the latest version of each order::
 
     SELECT order_id, updated_at, amount FROM (
       SELECT *, ROW_NUMBER() OVER (PARTITION BY order_id ORDER BY updated_at DESC) AS rn
       FROM events) WHERE rn = 1
 
+``--query running``, each account's running total and event number, over
+accounts of a hundred orders (four hundred events) each::
+
+    SELECT id, order_id, updated_at,
+      SUM(amount) OVER (PARTITION BY order_id % ACCOUNTS ORDER BY updated_at) AS so_far,
+      COUNT(*) OVER (PARTITION BY order_id % ACCOUNTS ORDER BY updated_at) AS nth
+    FROM events
+
 over an ``events`` table of ``--rows`` rows (default 10 M; four versions of each
 of ``rows / 4`` orders). After the load (epoch 0), each epoch changes
-``--fraction`` of the rows (default 0.1 %): 60 % new versions of random orders
-(each the order's newest), 20 % deletes and 20 % updates of loaded rows. dd_etl
-keeps the first row of each order by a hierarchical top-k and numbers the rows
-it keeps (``explain`` shows the plan); Spark SQL computes the query over the
-current table, kept as parquet with each epoch's changes applied (timed apart).
+``--fraction`` of the rows (default 0.1 %): new versions of random orders (each
+the order's newest; 60 % of the changes for dedup, 98 % for the running total,
+whose events mostly arrive in order), and as many deletes as updates of loaded
+rows. ``explain`` shows how dd_etl keeps each; Spark SQL computes the query over
+the current table, kept as parquet with each epoch's changes applied (timed apart).
 
 Per epoch: seconds of ``Runtime.run()`` and of the append of the changes; the
 Spark SQL query's seconds (run in full into Spark's ``noop`` sink) and the
 seconds of applying the changes to its table. At the end the view must equal
-Spark SQL's result. Results go to ``bench/results/dedup.json`` and ``.png``.
+Spark SQL's result. Results go to ``bench/results/<query>.json`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -40,8 +50,9 @@ from dd_etl.plan import Dataflow
 from dd_etl.plan.sql import compile_view, explain
 from dd_etl.runtime import Runtime
 
-NAME = "dedup"
 VERSIONS = 4
+ACCOUNTS_OF = 100
+"""Orders per account of the running total."""
 EVENTS = StructType(
     [
         StructField("id", LongType()),
@@ -50,10 +61,24 @@ EVENTS = StructType(
         StructField("amount", DoubleType()),
     ]
 )
-VIEW = (
-    "SELECT order_id, updated_at, amount FROM (SELECT *, ROW_NUMBER() OVER "
-    "(PARTITION BY order_id ORDER BY updated_at DESC) AS rn FROM events) WHERE rn = 1"
-)
+
+
+def queries(rows: int) -> dict[str, tuple[str, float]]:
+    """Each query's SQL, and the share of its changes that are new versions."""
+    account = f"PARTITION BY order_id % {max(1, rows // VERSIONS // ACCOUNTS_OF)}"
+    return {
+        "dedup": (
+            "SELECT order_id, updated_at, amount FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY order_id ORDER BY updated_at DESC) AS rn FROM events) WHERE rn = 1",
+            0.6,
+        ),
+        "running": (
+            f"SELECT id, order_id, updated_at, "
+            f"SUM(amount) OVER ({account} ORDER BY updated_at) AS so_far, "
+            f"COUNT(*) OVER ({account} ORDER BY updated_at) AS nth FROM events",
+            0.98,
+        ),
+    }
 
 
 def event(id_: int, orders: int) -> tuple[int, int, int, float]:
@@ -75,8 +100,8 @@ def loaded(spark: SparkSession, rows: int, orders: int) -> DataFrame:
 class Changes:
     """Each epoch's changes, as ``(row, diff)``: loaded rows changed at most once."""
 
-    def __init__(self, rows: int, seed: int) -> None:
-        self.rows, self.orders = rows, rows // VERSIONS
+    def __init__(self, rows: int, seed: int, new_share: float) -> None:
+        self.rows, self.orders, self.new_share = rows, rows // VERSIONS, new_share
         self.rng = random.Random(seed)
         self.touched: set[int] = set()
         self.next_id = rows
@@ -85,7 +110,7 @@ class Changes:
         out: list[tuple[Any, ...]] = []
         for j in range(count):
             kind = self.rng.random()
-            if kind < 0.6:  # a new version, the order's newest
+            if kind < self.new_share:  # a new version, the order's newest
                 order = self.rng.randrange(self.orders)
                 at = 10_000_000_000 + epoch * 1_000_000 + j
                 out.append((self.next_id, order, at, round(self.rng.random() * 100, 2), 1))
@@ -97,7 +122,7 @@ class Changes:
             self.touched.add(id_)
             old = event(id_, self.orders)
             out.append((*old, -1))
-            if kind >= 0.8:  # an update of the amount
+            if kind >= (1 + self.new_share) / 2:  # an update of the amount
                 out.append((*old[:3], old[3] + 1.0, 1))
         return out
 
@@ -123,8 +148,8 @@ def run(rt: Runtime) -> dict[str, Any]:
     }
 
 
-def spark_sql(spark: SparkSession) -> float:
-    return timed(lambda: spark.sql(VIEW).write.format("noop").mode("overwrite").save())
+def spark_sql(spark: SparkSession, view: str) -> float:
+    return timed(lambda: spark.sql(view).write.format("noop").mode("overwrite").save())
 
 
 class PeerTable:
@@ -146,8 +171,9 @@ class PeerTable:
 
 
 def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    sql, new_share = queries(args.rows)[args.query]
     flow = Dataflow(spark, root / "warehouse")
-    view = compile_view(flow, VIEW, {"events": flow.source("events", EVENTS, key=["id"])}, "latest")
+    view = compile_view(flow, sql, {"events": flow.source("events", EVENTS, key=["id"])}, "view")
     rt = Runtime(flow)
     peer = PeerTable(spark, root / "peer")
     orders = args.rows // VERSIONS
@@ -155,9 +181,9 @@ def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict
     table = spark.read.parquet(str(root / "peer" / "e0"))
     load["append_seconds"] = timed(lambda: rt.append_source("events", table, 0))
     load["incremental"] = run(rt)
-    load["spark_sql_seconds"] = spark_sql(spark)
+    load["spark_sql_seconds"] = spark_sql(spark, sql)
     print(f"load of {args.rows:,} rows: {load}", flush=True)
-    changes = Changes(args.rows, args.seed)
+    changes = Changes(args.rows, args.seed, new_share)
     full = StructType([*EVENTS.fields, StructField("_diff", LongType())])
     epochs = []
     for epoch in range(1, args.epochs + 1):
@@ -167,12 +193,13 @@ def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict
         entry["append_seconds"] = timed(partial(rt.append_source, "events", df, epoch))
         entry["incremental"] = run(rt)
         entry["peer_apply_seconds"] = timed(partial(peer.apply, df, epoch))
-        entry["spark_sql_seconds"] = spark_sql(spark)
+        entry["spark_sql_seconds"] = spark_sql(spark, sql)
         entry["ratio"] = round(entry["spark_sql_seconds"] / entry["incremental"]["seconds"], 2)
         df.unpersist()
         epochs.append(entry)
         print(entry, flush=True)
-    ours, theirs = rt.read("latest"), spark.sql(VIEW)
+    # floats as SUM adds them in some order: equal to the last bits that order moves
+    ours, theirs = (rounded(df) for df in (rt.read("view"), spark.sql(sql)))
     equal = ours.exceptAll(theirs).isEmpty() and theirs.exceptAll(ours).isEmpty()
     if not equal:
         raise SystemExit("the view differs from Spark SQL's result")
@@ -184,6 +211,15 @@ def benchmark(spark: SparkSession, root: Path, args: argparse.Namespace) -> dict
         "epochs": epochs,
         "equal_to_spark_sql": equal,
     }
+
+
+def rounded(df: DataFrame) -> DataFrame:
+    return df.select(
+        *(
+            F.round(f.name, 6).alias(f.name) if isinstance(f.dataType, DoubleType) else f.name
+            for f in df.schema.fields
+        )
+    )
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -206,7 +242,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         label="Spark SQL over the current table",
     )
     cfg = result["config"]
-    ax.set_title(f"ROW_NUMBER() = 1 dedup, {cfg['rows']:,} rows, {cfg['fraction']:.2%} changed")
+    what = {"dedup": "ROW_NUMBER() = 1 dedup", "running": "running SUM and COUNT"}[cfg["query"]]
+    ax.set_title(f"{what}, {cfg['rows']:,} rows, {cfg['fraction']:.2%} changed")
     ax.set_xlabel("epoch")
     ax.set_ylabel("seconds")
     ax.set_xticks(xs)
@@ -217,6 +254,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--query", choices=["dedup", "running"], default="dedup")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--fraction", type=float, default=0.001)
     parser.add_argument("--epochs", type=int, default=6)
@@ -226,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     run_recorded(
-        NAME,
+        args.query,
         lambda spark, root: benchmark(spark, root, args),
         plot,
         args.workdir,
