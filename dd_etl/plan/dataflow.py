@@ -476,9 +476,9 @@ class Collection:
         fields = {f.name: f.sql for f in ordered}  # struct field -> its value
         for c in self.columns:
             fields.setdefault(c, quote(c))
-        packed = [f"{v} AS {quote(f)}" for f, v in fields.items() if f not in key]
+        carried = [f"{v} AS {quote(f)}" for f, v in fields.items() if f not in key]
         side = HIGH if lead else LOW
-        row = self.select(*key, **{side: f"struct({', '.join(packed)})"})
+        row = self.select(*key, **{side: f"struct({', '.join(carried)})"})
         schema = StructType([*(self.node.schema[k] for k in key), row.node.schema[side]])
         first = row._reduce(key, "min_max", schema)
         return first.select(

@@ -76,26 +76,26 @@ def evaluate(
             replacements = [*numbered.scope.replacements, (calls[0], first)]
             return Rel(numbered.coll, Scope(rel.scope.columns, replacements, rel.scope.grouped))
     # one reduction per partition, and one per order of its running aggregates
-    by_partition: dict[tuple[Any, ...], dict[str, exp.Window]] = {}
+    by_partition: dict[tuple[Any, ...], dict[str, tuple[exp.Window, str]]] = {}
     for call, partition in zip(calls, partitions, strict=True):
         text = translate_window(call, rel.scope, loc)
         running = running_calls([("_", text)], rel.coll.node.schema, partition)
         group = (partition, None if running is None else running.order)
-        by_partition.setdefault(group, {})[names.hidden("window")] = call
+        by_partition.setdefault(group, {})[names.hidden("window")] = (call, text)
     coll = rel.coll
     replacements = list(rel.scope.replacements)
     for (partition, _), named in by_partition.items():
-        texts = {name: translate_window(call, rel.scope, loc) for name, call in named.items()}
+        texts = {name: text for name, (_, text) in named.items()}
         try:
             coll = coll.window(partition, **texts)
         except PlanError as e:
-            for name, call in named.items():  # the call Spark rejects
+            for name, (call, text) in named.items():  # the call Spark rejects
                 try:
-                    coll.window(partition, **{name: texts[name]})
+                    coll.window(partition, **{name: text})
                 except PlanError as one:
                     raise loc.error(rejection(one), call) from one
             raise loc.error(f"Spark cannot evaluate the window calls: {spark_reason(e)}") from e
-        replacements += [(call, name) for name, call in named.items()]
+        replacements += [(call, name) for name, (call, _) in named.items()]
     return Rel(coll, Scope(rel.scope.columns, replacements, rel.scope.grouped))
 
 
