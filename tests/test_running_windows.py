@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dd_etl.operators import running
 from dd_etl.operators.extremes import order_struct
 from dd_etl.operators.running import delta_running, out_of_order, running_calls
 from dd_etl.plan import Dataflow
@@ -105,12 +106,28 @@ def epoch_changes(
     return changes, next_id
 
 
-def test_running_views_equal_duckdb_after_every_epoch(spark: SparkSession, tmp_path: Path) -> None:
+def test_running_views_equal_duckdb_after_every_epoch(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    told: list[tuple[int, int]] = []  # (partitions changed, of them out of order)
+    tell = running.out_of_order
+
+    def spied(changes: pa.Table, *args: Any) -> pa.Table | None:
+        hit = tell(changes, *args)
+        if hit is not None:
+            touched = changes.group_by([KEY_HASH]).aggregate([]).num_rows
+            told.append((touched, hit.num_rows))
+        return hit
+
+    monkeypatch.setattr(running, "out_of_order", spied)
     rt = duckdb_views(spark, tmp_path / "warehouse", "events", EVENTS, VIEWS)
     changes = functools.partial(epoch_changes, random.Random(11))
     runs = (1, 1, 1, 2, 1)  # one epoch a run is the running rule's case
     wrong = epochs_against_duckdb(spark, rt, "events", EVENTS, DUCKDB_TABLE, runs, changes, VIEWS)
     assert not wrong, wrong
+    # the driver told both kinds of partitions apart, in the runs of one epoch
+    assert any(hit < touched for touched, hit in told), told
+    assert any(hit > 0 for _, hit in told), told
 
 
 def test_running_calls_take_their_own_reduction(spark: SparkSession, tmp_path: Path) -> None:

@@ -135,29 +135,48 @@ def reached(retractions: pa.Table, current: pa.Table, key: Sequence[str]) -> pa.
     reached, and so does a NaN anywhere (Spark orders NaN above every number,
     Arrow does not compare it)."""
     carried = [side for side, _ in sides(current.column_names)]
-    flat = fields_flat(current, [*key, KEY_HASH, DIFF], carried)
+    bounds, now = live_by_hash(current, key, carried)
+    asked = fields_flat(retractions, [*key, KEY_HASH], carried)
+    joined = asked.join(bounds, KEY_HASH, join_type="left outer")
+    reach = pc.is_null(joined.column(LIVE))
+    for side in carried:
+        mine = [f for f in now if f == side or f.startswith(f"{side}.")]
+        here = [joined.column(f) for f in mine]
+        there = [joined.column(now[f]) for f in mine]
+        reach = pc.or_(reach, pc.fill_null(at_or_beyond(here, there, below=side == LOW), True))
+        reach = pc.or_(reach, any_nan([*here, *there]))
+    hit = joined.filter(reach).select([*key, KEY_HASH])
+    return hit.group_by([*key, KEY_HASH]).aggregate([])
+
+
+LIVE = "__live"
+"""The column ``live_by_hash`` marks each of its rows with."""
+
+
+def live_by_hash(
+    current: pa.Table, key: Sequence[str], values: Sequence[str]
+) -> tuple[pa.Table, dict[str, str]]:
+    """The rows of ``current`` (stored updates of a reduction's output) present
+    at its time, as their key hash, each of ``values`` flattened to its fields
+    (``fields_flat``) and renamed ``__current<i>``, and ``LIVE`` (true): for a
+    join of other rows by their hash. Also each field's new name, in order."""
+    flat = fields_flat(current, [*key, KEY_HASH, DIFF], values)
     fields = flat.column_names[len(key) + 2 :]
     summed = flat.group_by([*key, *fields, KEY_HASH]).aggregate([(DIFF, "sum")])
     live = summed.filter(pc.greater(summed.column(f"{DIFF}_sum"), 0))
     now = {f: f"__current{i}" for i, f in enumerate(fields)}
     bounds = live.select([KEY_HASH, *fields]).rename_columns([KEY_HASH, *now.values()])
-    bounds = bounds.append_column(_LIVE, pa.array([True] * bounds.num_rows, pa.bool_()))
-    asked = fields_flat(retractions, [*key, KEY_HASH], carried)
-    joined = asked.join(bounds, KEY_HASH, join_type="left outer")
-    reach = pc.is_null(joined.column(_LIVE))
-    for side in carried:
-        mine = [f for f in fields if f == side or f.startswith(f"{side}.")]
-        here = [joined.column(f) for f in mine]
-        there = [joined.column(now[f]) for f in mine]
-        reach = pc.or_(reach, pc.fill_null(at_or_beyond(here, there, below=side == LOW), True))
-        for column in [*here, *there]:
-            if pa.types.is_floating(column.type):
-                reach = pc.or_(reach, pc.fill_null(pc.is_nan(column), False))
-    hit = joined.filter(reach).select([*key, KEY_HASH])
-    return hit.group_by([*key, KEY_HASH]).aggregate([])
+    return bounds.append_column(LIVE, pa.array([True] * bounds.num_rows, pa.bool_())), now
 
 
-_LIVE = "__live"
+def any_nan(columns: Sequence[pa.ChunkedArray]) -> pa.ChunkedArray | bool:
+    """Per row, whether a float of ``columns`` is NaN: Spark orders NaN above every
+    number, Arrow does not compare it, so a caller takes the cautious side."""
+    found: pa.ChunkedArray | bool = False
+    for column in columns:
+        if pa.types.is_floating(column.type):
+            found = pc.or_(found, pc.fill_null(pc.is_nan(column), False))
+    return found
 
 
 def fields_flat(table: pa.Table, kept: Sequence[str], values: Sequence[str]) -> pa.Table:

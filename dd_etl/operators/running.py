@@ -40,7 +40,7 @@ from sqlglot import exp
 
 from dd_etl import sql_text
 from dd_etl.operators.accumulate import ROWS, nn, total
-from dd_etl.operators.extremes import OrderField, at_or_beyond, fields_flat, packed
+from dd_etl.operators.extremes import LIVE, OrderField, any_nan, at_or_beyond, live_by_hash, packed
 from dd_etl.operators.join import History
 from dd_etl.operators.partitions import union
 from dd_etl.operators.reduce import AT, HIGH, LOW, each_copy, null_safe_join
@@ -226,13 +226,7 @@ def out_of_order(
     if any(f.form == "reversed" for f in order_fields):
         return None
     side = running.side
-    carried = fields_flat(lasts, [*key, KEY_HASH, DIFF], [side])
-    names = carried.column_names[len(key) + 2 :]
-    summed = carried.group_by([KEY_HASH, *names]).aggregate([(DIFF, "sum")])
-    live = summed.filter(pc.greater(summed.column(f"{DIFF}_sum"), 0))
-    last = {n: f"__last{i}" for i, n in enumerate(names)}
-    ends = live.select([KEY_HASH, *names]).rename_columns([KEY_HASH, *last.values()])
-    ends = ends.append_column("__has_last", pa.array([True] * ends.num_rows, pa.bool_()))
+    ends, last = live_by_hash(lasts, key, [side])
     values = [
         pc.is_null(changes.column(f.column)) if f.form == "null" else changes.column(f.column)
         for f in order_fields
@@ -247,12 +241,9 @@ def out_of_order(
         return None  # the trace's struct is not this order's
     not_after = pc.fill_null(at_or_beyond(here, there, below=side == HIGH), True)
     out = pc.or_(
-        pc.less(joined.column(DIFF), 0),
-        pc.and_(pc.is_valid(joined.column("__has_last")), not_after),
+        pc.less(joined.column(DIFF), 0), pc.and_(pc.is_valid(joined.column(LIVE)), not_after)
     )
-    for column in [*here, *there]:
-        if pa.types.is_floating(column.type):
-            out = pc.or_(out, pc.fill_null(pc.is_nan(column), False))
+    out = pc.or_(out, any_nan([*here, *there]))
     hit = joined.filter(out).select([*key, KEY_HASH])
     return hit.group_by([*key, KEY_HASH]).aggregate([])
 
