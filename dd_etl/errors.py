@@ -81,6 +81,11 @@ class PipelineError(DdEtlError):
     exit_code = 3
 
 
+class SparkUnavailable(PipelineError):
+    """The Spark a pipeline names cannot be reached (no Spark Connect server answers
+    at its URL): nothing was read or committed; start it, or name another."""
+
+
 @dataclass(frozen=True)
 class ConfigProblem:
     """One problem of a pipeline file: the key path, what is wrong, and its line."""

@@ -22,6 +22,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dd_etl.spark_driver import driver_for
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -37,18 +39,18 @@ the touched keys' history in the driver; ``spark``: waiting for Spark jobs
 (writes, small collects); ``sinks``: materialized tables and change feeds.
 Seconds of work done side by side in threads are added up."""
 
-_GROUP_PROPERTY = "spark.jobGroup.id"
-
 
 @dataclass
 class Cost:
     seconds: float = 0.0
-    spark_jobs: int = 0
-    spark_stages: int = 0
+    spark_jobs: int | None = 0
+    """None where Spark does not tell (``RunProfile.spark``)."""
+    spark_stages: int | None = 0
     phases: dict[str, float] = field(default_factory=dict)
     bytes_read: int = 0
-    """Bytes of batch files read: by Spark's scans (its stages' input bytes) and by
-    the driver (the files it opened; a file it holds decoded already is not read)."""
+    """Bytes of batch files read: by Spark's scans (its stages' input bytes, where
+    Spark tells them) and by the driver (the files it opened; a file it holds
+    decoded already is not read)."""
     bytes_written: int = 0
     """Bytes of batch files committed: appends and merges, whoever wrote them."""
 
@@ -58,8 +60,11 @@ class RunProfile:
     """What one run cost: in all, per trace (by trace name) and per phase."""
 
     seconds: float
-    spark_jobs: int
-    spark_stages: int
+    spark_jobs: int | None
+    """None over Spark Connect, whose server does not tell a client its jobs; nor
+    then the stages or the bytes Spark's scans read (``bytes_read`` counts the
+    driver's reads only)."""
+    spark_stages: int | None
     sizing: str
     phases: dict[str, float]
     traces: dict[str, Cost]
@@ -79,6 +84,8 @@ class RunProfile:
     its first dozens of small runs, and on two cores that was about half the CPU
     of the first ones (bench/README.md): a long-lived process (``dd-etl server``)
     pays it once."""
+    spark: str = "classic"
+    """How Spark was reached: ``classic`` (a driver in this process) or ``connect``."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,9 +98,14 @@ class RunProfile:
             if self.jvm_compiling is None
             else f"; JIT compiling beside the run {self.jvm_compiling:.2f}s"
         )
+        jobs = (
+            f"{self.spark_jobs} Spark jobs, {self.spark_stages} stages, {_mb(self.bytes_read)} read"
+            if self.spark_jobs is not None
+            else f"Spark jobs not reported by Spark {self.spark}, "
+            f"{_mb(self.bytes_read)} read by the driver"
+        )
         out = [
-            f"{self.seconds:.2f}s, {self.spark_jobs} Spark jobs, {self.spark_stages} stages, "
-            f"{_mb(self.bytes_read)} read, {_mb(self.bytes_written)} written "
+            f"{self.seconds:.2f}s, {jobs}, {_mb(self.bytes_written)} written "
             f"({self.sizing} interval)",
             f"  phases (summed over threads): {phases}{compiling}",
         ]
@@ -109,9 +121,13 @@ class RunProfile:
         width = max((len(name) for name in self.traces), default=0)
         for name, c in ranked:
             parts = ", ".join(f"{p} {s:.2f}s" for p, s in sorted(c.phases.items()) if s >= 0.005)
+            jobs = (
+                ""
+                if c.spark_jobs is None
+                else f"{c.spark_jobs:3d} jobs {c.spark_stages:3d} stages "
+            )
             out.append(
-                f"  {name:<{width}}  {c.seconds:6.2f}s  {c.spark_jobs:3d} jobs "
-                f"{c.spark_stages:3d} stages {_mb(c.bytes_read):>9} read "
+                f"  {name:<{width}}  {c.seconds:6.2f}s  {jobs}{_mb(c.bytes_read):>9} read "
                 f"{_mb(c.bytes_written):>9} written  {parts}"
             )
         return out
@@ -133,43 +149,21 @@ class Profiler:
         self._started = time.perf_counter()
         self._run_seconds: float | None = None
         self._depth = 0
-        self._tracker = spark.sparkContext._jsc.statusTracker()
-        self._store = spark.sparkContext._jsc.sc().statusStore()
-        jvm = spark._jvm
-        assert jvm is not None
-        self._array_text = jvm.java.util.Arrays.toString
+        driver = driver_for(spark)
+        self._jobs = driver.status()
+        self._driver_kind = driver.kind
         # jobs launched by threads that carry no job group are the run's own too
         self._ungrouped_before = max(self._job_ids(None), default=-1)
-        compilation = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
-        self._compilation = (
-            compilation if compilation.isCompilationTimeMonitoringSupported() else None
-        )
         self._compiled_before = self._compiled_ms()
 
     def _compiled_ms(self) -> int | None:
-        """Milliseconds the JVM's JIT compilers have worked since it started."""
-        return (
-            None if self._compilation is None else int(self._compilation.getTotalCompilationTime())
-        )
+        return None if self._jobs is None else self._jobs.compiled_ms()
 
     def _job_ids(self, group: str | None) -> list[int]:
-        # as one string: PySpark's list of a Java array costs a JVM call per element
-        return self._ints(self._tracker.getJobIdsForGroup(group))
+        return [] if self._jobs is None else self._jobs.job_ids(group)
 
-    def _stages(self, job: int) -> list[int]:
-        info = self._tracker.getJobInfo(job)
-        return [] if info is None else self._ints(info.stageIds())
-
-    def _input_bytes(self, stage: int) -> int:
-        """What the stage's tasks read from files, once its metrics are in Spark's
-        status store (0 for a stage it no longer keeps)."""
-        try:
-            return int(self._store.lastStageAttempt(stage).inputBytes())
-        except Exception:  # py4j's error for a stage the store dropped
-            return 0
-
-    def _ints(self, array: Any) -> list[int]:
-        return [int(x) for x in str(self._array_text(array)).strip("[]").split(",") if x.strip()]
+    def _label(self, group: str | None) -> str | None:
+        return None if self._jobs is None else self._jobs.label(group)
 
     def _group(self, trace: str | None) -> str:
         return self._tag if trace is None else f"{self._tag}/{trace}"
@@ -186,15 +180,13 @@ class Profiler:
         global _active
         previous_profiler = _active
         _active = self
-        sc = self.spark.sparkContext
-        previous = sc.getLocalProperty(_GROUP_PROPERTY)
-        sc.setLocalProperty(_GROUP_PROPERTY, self._group(None))
+        previous = self._label(self._group(None))
         self._depth += 1
         try:
             yield self
         finally:
             self._depth -= 1
-            sc.setLocalProperty(_GROUP_PROPERTY, previous)  # type: ignore[arg-type]
+            self._label(previous)
             _active = previous_profiler
             if self._depth == 0:
                 self._run_seconds = time.perf_counter() - self._started
@@ -203,9 +195,8 @@ class Profiler:
     def trace(self, name: str) -> Iterator[None]:
         """Attribute the jobs, seconds and phases of the block to trace ``name``;
         after it, the thread's jobs are the outer trace's, or the run's own."""
-        sc = self.spark.sparkContext
         outer = getattr(self._local, "trace", None)
-        sc.setLocalProperty(_GROUP_PROPERTY, self._group(name))
+        self._label(self._group(name))
         self._local.trace = name
         started = time.perf_counter()
         try:
@@ -213,7 +204,7 @@ class Profiler:
         finally:
             elapsed = time.perf_counter() - started
             self._local.trace = outer
-            sc.setLocalProperty(_GROUP_PROPERTY, self._group(outer))
+            self._label(self._group(outer))
             with self._lock:
                 self._seconds[name] += elapsed
 
@@ -230,11 +221,15 @@ class Profiler:
             counted[1] += written
 
     def result(self) -> RunProfile:
-        """The profile, with job counts read from Spark's status tracker."""
+        """The profile, with job counts read from Spark's status tracker where it tells."""
 
-        def counted(ids: list[int]) -> tuple[int, int, int]:
-            stages = [s for j in ids for s in self._stages(j)]
-            return len(ids), len(stages), sum(self._input_bytes(s) for s in stages)
+        jobs_of = self._jobs
+
+        def counted(ids: list[int]) -> tuple[int | None, int | None, int]:
+            if jobs_of is None:
+                return None, None, 0
+            stages = [s for j in ids for s in jobs_of.stages(j)]
+            return len(ids), len(stages), sum(jobs_of.input_bytes(s) for s in stages)
 
         traces: dict[str, Cost] = {}
         for name in sorted(set(self._seconds) | {t for t in self._phases if t} | {*self._bytes}):
@@ -267,8 +262,8 @@ class Profiler:
         compiled = self._compiled_ms()
         return RunProfile(
             seconds=round(seconds, 3),
-            spark_jobs=own_jobs + sum(c.spark_jobs for c in traces.values()),
-            spark_stages=own_stages + sum(c.spark_stages for c in traces.values()),
+            spark_jobs=_total(own_jobs, [c.spark_jobs for c in traces.values()]),
+            spark_stages=_total(own_stages, [c.spark_stages for c in traces.values()]),
             sizing=self.sizing,
             layers=list(self.layers),
             bytes_read=own_scanned + own_read + sum(c.bytes_read for c in traces.values()),
@@ -280,6 +275,7 @@ class Profiler:
                 if compiled is None or self._compiled_before is None
                 else round((compiled - self._compiled_before) / 1000, 3)
             ),
+            spark=self._driver_kind,
         )
 
 
@@ -311,6 +307,13 @@ def count_bytes(read: int = 0, written: int = 0) -> None:
     run's profile, if any."""
     if _active is not None:
         _active.add_bytes(read, written)
+
+
+def _total(own: int | None, counts: list[int | None]) -> int | None:
+    """A count summed over the run and its traces; None if Spark did not tell it."""
+    if own is None:
+        return None
+    return own + sum(c or 0 for c in counts)
 
 
 def _mb(n: int) -> str:

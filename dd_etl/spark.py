@@ -12,6 +12,14 @@ The JVM starts from an archive of the classes it loaded before (``jvm_archive``)
 with the throughput collector (``DRIVER_GC``); a server's, with the quick compiler
 only (``QUICK_COMPILER``) until a command is too large for it.
 
+A session may instead be a Spark Connect client (``remote``, or
+``DD_ETL_SPARK_REMOTE``: ``sc://host:port``): the driver is then a server
+elsewhere, set up with Delta and the static settings below
+(``spark_connect`` starts one here); the client sets the settings a session may
+change, and a setting the pipeline asks for that only the server can have is an
+error naming it. PySpark makes a process that opened a Connect session a Connect
+client for good, so one process holds sessions of one kind.
+
 A process that serves many commands (``dd_etl.server``) keeps its Spark only for
 commands that ask for the settings it was started with: ``settings_must_match``
 makes any other request raise ``SettingsDiffer`` instead of silently getting a
@@ -24,17 +32,19 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from dd_etl import delta_jars
-from dd_etl.errors import ConfigError
+from dd_etl.errors import ConfigError, SparkUnavailable
 from dd_etl.jvm_archive import (
     archive_for,
     keep_at_exit,
@@ -85,13 +95,22 @@ QUICK_RECORDS_ENV = "DD_ETL_JVM_QUICK_RECORDS"
 """The most records a run of a server's quick-compiling JVM takes in (default
 2,000,000); ``0``: servers compile fully from the start."""
 DEFAULT_QUICK_RECORDS = 2_000_000
+MASTER_ENV = "DD_ETL_SPARK_MASTER"
+"""The master of sessions whose pipeline names none (default ``local[*]``)."""
+REMOTE_ENV = "DD_ETL_SPARK_REMOTE"
+"""The Spark Connect server (``sc://host:port``) of every session not given one:
+it sends a pipeline there whatever master its file names, as a deployment
+decides where its Spark runs."""
+CONNECT_SECONDS = 10.0
+"""How long a Spark Connect server may take to accept a connection."""
 SPARK_LOGS_ENV = "DD_ETL_SPARK_LOGS"
 """Set (to anything but empty) to let Spark's own output reach standard error."""
 ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 """PySpark's loggers of the errors it raises (``PySparkException._log_exception``)."""
 
 Settings = tuple[str, tuple[tuple[str, str], ...]]
-"""A session's master and the options asked for beyond the defaults."""
+"""A session's master (or Spark Connect URL) and the options asked for beyond the
+defaults."""
 
 
 class SettingsDiffer(BaseException):
@@ -118,13 +137,19 @@ def session(
     app_name: str = "dd_etl",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
-    """Get or create the process's SparkSession (local by default)."""
+    """Get or create the process's SparkSession: a client of the Spark Connect
+    server at ``remote`` (or ``DD_ETL_SPARK_REMOTE``, whatever ``master`` says),
+    else on ``master`` (or ``DD_ETL_SPARK_MASTER``; local by default)."""
+    remote = remote or os.environ.get(REMOTE_ENV) or None
+    if remote is not None:
+        return _connect(remote, conf or {})
     # Python workers (for the few Python reductions) run this interpreter, with
     # the same packages, unless the deployment says otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     options = {**DEFAULT_CONF, **delta_jars.spark_options(), **(conf or {})}
-    master = master or os.environ.get("DD_ETL_SPARK_MASTER", "local[*]")
+    master = master or os.environ.get(MASTER_ENV, "local[*]")
     settings: Settings = (master, tuple(sorted((conf or {}).items())))
     if _starts_jvm():
         _Spark.started = settings
@@ -214,6 +239,52 @@ def full_compiler_for(records: int) -> None:
     command that cannot runs on here, compiled as it is."""
     if _Spark.compiler == "quick" and _Spark.movable and records > quick_records():
         raise NeedsFullCompiler(f"{records} records are too many for a quick-compiling JVM")
+
+
+def _connect(remote: str, conf: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session on ``remote``, with dd_etl's settings and ``conf``
+    where a client may set them. The others (static SQL settings, Spark's core
+    ones) are the server's, as they are a running session's in classic Spark: the
+    server has dd_etl's if ``spark_connect`` started it, and each of ``conf`` not
+    applied (the server has another value) is logged as a warning."""
+    settings: Settings = (remote, tuple(sorted(conf.items())))
+    if _Spark.started is None:
+        _Spark.started = settings
+    elif _Spark.must_match and settings != _Spark.started:
+        raise SettingsDiffer(f"Spark runs with {_Spark.started}, asked for {settings}")
+    if not os.environ.get(SPARK_LOGS_ENV):
+        _silence_error_loggers()
+    _wait_for_server(remote)
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+    from pyspark.errors import AnalysisException
+
+    for key, value in {**DEFAULT_CONF, **conf}.items():
+        try:
+            spark.conf.set(key, value)
+        except AnalysisException:  # a static or core setting: the server's own
+            if key in conf and spark.conf.get(key, None) != value:
+                logging.getLogger("dd_etl").warning(
+                    "warning: spark conf %s is set where the Spark Connect server at %s "
+                    "starts, not by its clients: the pipeline's value is not applied",
+                    key,
+                    remote,
+                )
+    return spark
+
+
+def _wait_for_server(remote: str) -> None:
+    """Fail with ``SparkUnavailable`` unless the server at ``remote`` accepts a
+    connection: PySpark's client would wait for one, retrying for minutes."""
+    url = urlsplit(remote.split(";")[0].replace("sc://", "http://", 1))
+    address = (url.hostname or "localhost", url.port or 15002)
+    try:
+        with socket.create_connection(address, timeout=CONNECT_SECONDS):
+            return
+    except OSError as e:
+        raise SparkUnavailable(
+            f"no Spark Connect server answers at {remote} ({e.strerror or e}): "
+            "start it, or name another Spark (spark.remote, DD_ETL_SPARK_REMOTE)"
+        ) from e
 
 
 def _starts_jvm() -> bool:

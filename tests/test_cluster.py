@@ -1,8 +1,15 @@
-"""The same trace workload on a Spark standalone cluster started by infra/spark-standalone.sh."""
+"""dd_etl on a Spark standalone cluster of two workers started by
+infra/spark-standalone.sh: the trace workload, and whole pipelines run with the
+``dd-etl`` CLI as a user runs them (the taxi demo, and SQL views with a join, an
+aggregate and ``WITH RECURSIVE``), epoch by epoch, with a run killed midway and
+run again. Every view, materialized sink and change feed equals what the same
+pipeline gives in local mode over the same source data. The workers get no
+``PYTHONPATH``: executors need no dd_etl code."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,15 +19,40 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from dd_etl.spark import conf_applied
 from dd_etl.trace.delta_trace import DeltaTrace
+from tests.support.cluster_pipelines import (
+    JOIN_SINKS,
+    JOIN_VIEWS,
+    cli,
+    join_pipeline,
+    outcome,
+    taxi_generator,
+    taxi_pipeline,
+)
 from tests.support.crash_workload import EPOCHS, expected_updates
 from tests.support.kv_trace import contents
 from tests.support.model_storage import accumulate
+from tests.support.pipeline_fixtures import change_data
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "infra" / "spark-standalone.sh"
+DD_ETL = Path(sys.executable).with_name("dd-etl")
+WORKERS = 2
+# Each ``dd-etl`` is a new application with new executors that run for seconds:
+# like the tests' child drivers (conftest), they compile with C1 only.
+SUBMIT_ARGS = (
+    '--driver-java-options "-XX:TieredStopAtLevel=1" '
+    "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell"
+)
+TAXI_VIEWS = ["fares_by_passengers", "trips_by_borough", "reachable_from_zone_1"]
+TAXI_SINKS = {
+    "fares_by_passengers": "out/fares_by_passengers",
+    "trips_by_borough": "out/trips_by_borough",
+    "trips_by_borough_changes": "out/trips_by_borough_changes",
+}
 
 
 def free_port() -> int:
@@ -29,36 +61,115 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[str]:
-    state = tmp_path / "cluster"
+def without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DD_ETL_FAILPOINTS")}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A master and two workers of one core each; yields the directory of their
+    state (``url`` in it holds the master's URL). The workers, and so their
+    executors, run with the test's environment less ``PYTHONPATH``."""
+    state = tmp_path_factory.mktemp("cluster")
     env = {
-        **os.environ,
+        **without_pythonpath(),
         "PYTHON": sys.executable,
         "SPARK_MASTER_PORT": str(free_port()),
-        "SPARK_WORKER_CORES": "2",
-        "SPARK_WORKER_MEMORY": "2g",
+        "SPARK_WORKER_INSTANCES": str(WORKERS),
+        "SPARK_WORKER_CORES": "1",
+        "SPARK_WORKER_MEMORY": "1g",
+        "SPARK_LOCAL_DIRS": str(state / "local"),
     }
     started = subprocess.run(
         ["bash", str(SCRIPT), "start", str(state)], env=env, capture_output=True, text=True
     )
     try:
         assert started.returncode == 0, started.stderr
-        yield started.stdout.strip().splitlines()[-1]
+        (state / "url").write_text(started.stdout.strip().splitlines()[-1])
+        for i in range(1, WORKERS + 1):
+            environ = Path(f"/proc/{(state / f'worker-{i}.pid').read_text().strip()}/environ")
+            if environ.exists():
+                assert b"\0PYTHONPATH=" not in b"\0" + environ.read_bytes()
+        yield state
     finally:
         subprocess.run(["bash", str(SCRIPT), "stop", str(state)], env=env, check=False)
 
 
-def test_trace_workload_runs_on_a_standalone_cluster(
-    cluster: str, spark: SparkSession, tmp_path: Path
+def master(state: Path) -> str:
+    url = (state / "url").read_text()
+    assert url.startswith("spark://")
+    return url
+
+
+def tasks_per_worker(state: Path) -> list[int]:
+    """Tasks each worker's executors ran, over every application so far."""
+    return [
+        sum(log.read_text().count("Running task") for log in state.glob(f"work-{i}/*/*/stderr"))
+        for i in range(1, WORKERS + 1)
+    ]
+
+
+def on_cluster(state: Path, *args: str, failpoint: str = "") -> subprocess.Popen[str]:
+    """``dd-etl ARGS`` started in a process of its own, its Spark on the cluster."""
+    env = {
+        **without_pythonpath(),
+        "DD_ETL_SERVER": "off",
+        "DD_ETL_SPARK_MASTER": master(state),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS,
+    }
+    if failpoint:
+        env["DD_ETL_FAILPOINTS"] = failpoint
+    return subprocess.Popen(
+        [str(DD_ETL), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finished(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    """The exit status and standard error of ``proc``, once it ends."""
+    try:
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stderr
+
+
+def run_both(
+    state: Path, cluster_file: Path, local_file: Path, epoch: int, failpoint: str = ""
 ) -> None:
-    assert cluster.startswith("spark://")
+    """Epoch ``epoch``: one ``dd-etl run`` of ``cluster_file`` on the cluster and,
+    meanwhile, of ``local_file`` here (on the tests' local Spark). With
+    ``failpoint``, the run on the cluster is killed there (SIGKILL), then run again:
+    that run completes the epoch."""
+    proc = on_cluster(state, "run", str(cluster_file), failpoint=failpoint)
+    try:
+        cli("run", str(local_file))
+    finally:
+        code, stderr = finished(proc)
+    if failpoint:
+        assert code == -signal.SIGKILL, stderr[-3000:]
+        code, stderr = finished(on_cluster(state, "run", str(cluster_file)))
+        assert f"completed interrupted epoch {epoch}" in stderr, stderr[-3000:]
+    assert code == 0, stderr[-3000:]
+
+
+def assert_same(on_cluster: dict[str, object], local: dict[str, object]) -> None:
+    assert on_cluster.keys() == local.keys()
+    differing = [k for k in local if on_cluster[k] != local[k]]
+    assert not differing, {k: (on_cluster[k], local[k]) for k in differing}
+
+
+def test_trace_workload_runs_on_a_standalone_cluster(
+    cluster: Path, spark: SparkSession, tmp_path: Path
+) -> None:
     uri = tmp_path / "trace"
     env = {
         **os.environ,
-        "DD_ETL_SPARK_MASTER": cluster,
+        "DD_ETL_SPARK_MASTER": master(cluster),
         "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(ROOT),  # the driver runs a module of the tests; executors do not
     }
     proc = subprocess.run(
         [sys.executable, "-m", "tests.support.crash_workload", str(uri)],
@@ -73,3 +184,48 @@ def test_trace_workload_runs_on_a_standalone_cluster(
     trace = DeltaTrace(spark, str(uri))
     assert trace.state.upper.epoch_bound() == EPOCHS
     assert contents(trace.read_at()) == accumulate(expected_updates(EPOCHS), None)
+
+
+TAXI_EPOCHS = 3
+TAXI_CRASH = 1  # its run on the cluster is killed once the sinks' files are written
+
+
+def test_taxi_demo_on_a_cluster_equals_local(
+    cluster: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    generate = taxi_generator().generate
+    cluster_file = taxi_pipeline(tmp_path / "cluster", "../data")
+    local_file = taxi_pipeline(tmp_path / "local", "../data")
+    shuffle = "spark.sql.shuffle.partitions"
+    with conf_applied(spark, {shuffle: spark.conf.get(shuffle) or "2"}):  # the file sets it
+        for epoch in range(TAXI_EPOCHS):
+            generate(tmp_path / "data", epoch, 100)
+            failpoint = "sink.files_written=1" if epoch == TAXI_CRASH else ""
+            run_both(cluster, cluster_file, local_file, epoch, failpoint)
+        got = outcome(cluster_file, TAXI_VIEWS, TAXI_SINKS, TAXI_EPOCHS)
+        expected = outcome(local_file, TAXI_VIEWS, TAXI_SINKS, TAXI_EPOCHS)
+    assert expected["last tick"] == TAXI_EPOCHS - 1
+    assert expected["trips_by_borough commits"] == [str(e) for e in range(TAXI_EPOCHS)]
+    assert_same(got, expected)
+    assert all(tasks_per_worker(cluster)), tasks_per_worker(cluster)
+
+
+JOIN_EPOCHS = 3
+JOIN_CRASH = 2  # its run on the cluster is killed once a view's trace took in the epoch
+
+
+def test_join_aggregate_and_recursion_on_a_cluster_equal_local(
+    cluster: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    cluster_file = join_pipeline(tmp_path / "cluster", "../data")
+    local_file = join_pipeline(tmp_path / "local", "../data")
+    for epoch in range(JOIN_EPOCHS):
+        change_data(tmp_path, epoch)
+        failpoint = "append.committed=4" if epoch == JOIN_CRASH else ""
+        run_both(cluster, cluster_file, local_file, epoch, failpoint)
+    views = list(JOIN_VIEWS)
+    got = outcome(cluster_file, views, JOIN_SINKS, JOIN_EPOCHS)
+    expected = outcome(local_file, views, JOIN_SINKS, JOIN_EPOCHS)
+    assert expected["last tick"] == JOIN_EPOCHS - 1
+    assert all(expected[f"{view}@{JOIN_EPOCHS - 1}"] for view in views)  # none is empty
+    assert_same(got, expected)

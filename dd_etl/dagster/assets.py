@@ -83,6 +83,7 @@ def pipeline_assets(loaded: LoadedConfig, max_lag: int = 0) -> dg.AssetsDefiniti
             max_lag=max_lag,
             master=spark.master,
             conf=spark.conf,
+            remote=spark.remote,
         )
         yield from execute(step, context.log.info)
 

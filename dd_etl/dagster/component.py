@@ -40,6 +40,9 @@ class PipelineComponent(dg.Component, dg.Model, dg.Resolvable):
     spark_master: str | None = Field(
         None, description="Send every pipeline here (default: each pipeline's own spark:)"
     )
+    spark_remote: str | None = Field(
+        None, description="Send every pipeline to this Spark Connect server (sc://host:port)"
+    )
     spark_conf: dict[str, str] = Field(default_factory=dict)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
@@ -53,5 +56,7 @@ class PipelineComponent(dg.Component, dg.Model, dg.Resolvable):
             automation_running=self.automation_running,
             max_lag=self.max_lag_epochs,
             sample_above=self.audit_sample_above,
-            spark=SparkResource(master=self.spark_master, conf=self.spark_conf),
+            spark=SparkResource(
+                master=self.spark_master, remote=self.spark_remote, conf=self.spark_conf
+            ),
         )

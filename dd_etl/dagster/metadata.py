@@ -109,8 +109,9 @@ def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]
     if profile is None:
         return {}
     mine = [profile.traces[t] for t in traces if t in profile.traces]
+    jobs = [c.spark_jobs for c in mine]
     return {
-        "spark jobs": sum(c.spark_jobs for c in mine),
+        "spark jobs": None if None in jobs else sum(j or 0 for j in jobs),
         "trace seconds": round(sum(c.seconds for c in mine), 2),
         "run cost": dg.MetadataValue.json(
             {
@@ -122,6 +123,7 @@ def _cost(profile: RunProfile | None, traces: Collection[str]) -> dict[str, Any]
                 "sizing": profile.sizing,
                 "phases": profile.phases,
                 "jvm_compiling": profile.jvm_compiling,
+                "spark": profile.spark,
             }
         ),
     }

@@ -13,20 +13,27 @@ if TYPE_CHECKING:
 
 
 class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Spark for dd_etl's jobs. Unset ``master`` uses the pipeline's own ``spark:``
-    section (local Spark by default); set it (``spark://host:7077``) to send every
-    pipeline of the code location to a cluster. ``conf`` adds to the pipeline's."""
+    """Spark for dd_etl's jobs. Unset ``master`` and ``remote`` use the pipeline's
+    own ``spark:`` section (local Spark by default); set ``master``
+    (``spark://host:7077``) to send every pipeline of the code location to a
+    cluster, or ``remote`` (``sc://host:15002``) to a Spark Connect server.
+    ``conf`` adds to the pipeline's."""
 
     master: str | None = None
+    remote: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
 
     def session(
-        self, master: str | None = None, conf: Mapping[str, str] | None = None
+        self,
+        master: str | None = None,
+        conf: Mapping[str, str] | None = None,
+        remote: str | None = None,
     ) -> SparkSession:
         """The process's session (Spark keeps one per process: the first run's
         settings hold for the steps after it)."""
         from dd_etl.spark import session
 
-        return session(
-            "dd_etl-dagster", master=self.master or master, conf={**(conf or {}), **self.conf}
-        )
+        if self.remote or self.master:
+            master, remote = self.master, self.remote
+        conf = {**(conf or {}), **self.conf}
+        return session("dd_etl-dagster", master=master, conf=conf, remote=remote)

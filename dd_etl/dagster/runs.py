@@ -45,7 +45,7 @@ def open_for(file: Path, spark: SparkResource) -> Pipeline:
     from dd_etl.pipeline.build import open_pipeline
 
     settings = load_config(file).config.spark
-    return open_pipeline(file, spark.session(settings.master, settings.conf))
+    return open_pipeline(file, spark.session(settings.master, settings.conf, settings.remote))
 
 
 @contextmanager

@@ -52,6 +52,7 @@ class Step:
     max_lag: int = 0
     master: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -66,6 +67,7 @@ class Step:
             max_lag=int(given["max_lag"]),
             master=given["master"],
             conf=dict(given["conf"]),
+            remote=given.get("remote"),
         )
 
 
@@ -87,7 +89,8 @@ def execute(step: Step, log: Log) -> Iterator[Result]:
 def run(step: Step, log: Log) -> Iterator[Result]:
     """The step, in this process: one ``run_tick`` over the selected tables, then the
     selected checks."""
-    pipeline = open_for(Path(step.file), SparkResource(master=step.master, conf=dict(step.conf)))
+    spark = SparkResource(master=step.master, remote=step.remote, conf=dict(step.conf))
+    pipeline = open_for(Path(step.file), spark)
     sources = [s for s in pipeline.flow.sources if s in step.tables]
     views = [v for v in pipeline.flow.views if v in step.tables]
     if sources or views:

@@ -77,7 +77,8 @@ def session_for(loaded: LoadedConfig) -> SparkSession:
     from dd_etl.spark import session
 
     spark = loaded.config.spark
-    return session(f"dd_etl-{loaded.config.name}", master=spark.master, conf=spark.conf)
+    name = f"dd_etl-{loaded.config.name}"
+    return session(name, master=spark.master, conf=spark.conf, remote=spark.remote)
 
 
 def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeline:

@@ -47,7 +47,18 @@ class SparkSettings(_Model):
     master: str | None = None
     """``local[*]``, ``spark://host:7077`` or any cluster URL; default: local (or
     ``DD_ETL_SPARK_MASTER``)."""
+    remote: str | None = None
+    """A Spark Connect server, ``sc://host:port``, instead of a master; default:
+    ``DD_ETL_SPARK_REMOTE`` when no master is named."""
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_spark(self) -> SparkSettings:
+        if self.master is not None and self.remote is not None:
+            raise ValueError("name either master (a cluster) or remote (Spark Connect), not both")
+        if self.remote is not None and not self.remote.startswith("sc://"):
+            raise ValueError(f"remote {self.remote!r} is not a Spark Connect URL (sc://host:port)")
+        return self
 
 
 class SourceConfig(_Model):

@@ -31,8 +31,8 @@ from dd_etl.runtime.runner import source_records
 from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes, records_at_most
 from dd_etl.sources.base import Capture, encode_position, read_position
 from dd_etl.spark import full_compiler_for
+from dd_etl.spark_driver import driver_for
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
-from dd_etl.trace.spark_files import estimated_bytes
 
 Locate = Callable[[], str | None]
 """Where in a source a value lies that cannot be cast (``Capture.locate``)."""
@@ -134,7 +134,7 @@ def _capture(
         changes = taken.changes
         if changes is None:
             changes = pipeline.flow.empty_updates(node.schema).drop("_time")
-        estimated = estimated_bytes(changes)
+        estimated = driver_for(changes.sparkSession).estimated_bytes(changes)
         full_compiler_for(records_at_most(estimated))
         sizing = for_bytes(estimated)
         updates = rt.source_updates(name, changes, epoch)

@@ -37,6 +37,7 @@ from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.plan.loops import reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
+from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -135,7 +136,7 @@ class Dataflow:
         """The data schema of an operator, found by applying it to empty inputs."""
         frames = [self.empty_updates(i.schema) for i in inputs]
         out: DataFrame = build(*frames)  # type: ignore[operator]
-        if not out._jdf.queryExecution().analyzed().deterministic():
+        if not driver_for(self.spark).deterministic(out):
             raise NotDeterministic(
                 "not deterministic (Spark says so of a function it calls): a re-run would "
                 "compute other rows than those retracted later"

@@ -77,6 +77,7 @@ from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.sizing import Sizing, for_records
 from dd_etl.spark import full_compiler_for
+from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
 from dd_etl.trace.batch import WrittenBatch
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
@@ -88,7 +89,7 @@ from dd_etl.trace.delta_trace import (
     collect_batches,
 )
 from dd_etl.trace.executor_writes import ExecutorBatch, write_each
-from dd_etl.trace.spark_files import ONE_TASK_RECORDS, estimated_bytes
+from dd_etl.trace.spark_files import ONE_TASK_RECORDS
 
 if TYPE_CHECKING:
     from dd_etl.runtime.runner import Runtime
@@ -153,7 +154,7 @@ def _execute(
     full_compiler_for(records)
     rt.discard_unmaintained(full)
     state = sum(rt.trace(x).state.records for x in rt.stateful_nodes(chosen, unmaintained))
-    sizing = for_records(records, state, rt.spark.sparkContext.defaultParallelism)
+    sizing = for_records(records, state, driver_for(rt.spark).default_parallelism())
     profiler.sizing = sizing.name
     interval = Interval(rt, lower, upper, sizing, full)
     with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
@@ -401,7 +402,8 @@ class Interval:
             return None
         bound = self._batch_bound(planned.node)
         if bound is None:
-            small = estimated_bytes(planned.changes) <= SMALL_BATCH_BYTES
+            changes = planned.changes
+            small = driver_for(changes.sparkSession).estimated_bytes(changes) <= SMALL_BATCH_BYTES
         else:
             small = bound <= ONE_TASK_RECORDS
         if small:

@@ -31,11 +31,11 @@ from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
 from dd_etl.runtime.full_refresh import pending_records, private_state
 from dd_etl.runtime.sizing import Sizing, applied, for_bytes
+from dd_etl.spark_driver import driver_for
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
 from dd_etl.trace.placement import BULK, Placement
-from dd_etl.trace.spark_files import estimated_bytes
 from dd_etl.trace.state import TraceState
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class Runtime:
         Changes Spark estimates small are written by the driver, others by Spark.
         """
         updates = self.source_updates(name, changes, epoch)
-        sizing = for_bytes(estimated_bytes(updates))
+        sizing = for_bytes(driver_for(updates.sparkSession).estimated_bytes(updates))
         return self.trace(self.flow.sources[name]).compare_and_append(
             updates,
             Antichain.from_epoch(epoch),

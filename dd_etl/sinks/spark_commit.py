@@ -42,7 +42,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType
@@ -178,7 +177,7 @@ class SparkCommit:
         kind = None if schema is None else schema[self._matched_by[0]].dataType
         if not _ranged(kind):
             return F.lit(True)
-        column = F.col(f"t.{name}")
+        column = F.col(name)
         values = [v for v in named if v is not None]
         if len(named) <= NAMED_KEYS:
             low, high = (min(values), max(values)) if values else (None, None)
@@ -203,18 +202,26 @@ class SparkCommit:
         return self.log.rows_overlapping(self._matched_by[0], low, high) > NAMED_FROM_ROWS
 
     def _merge(self, source: DataFrame, within: Column) -> None:
-        """Delete the source's ``d`` rows from the table, insert its ``i`` rows."""
-        found = F.col(f"s.{OP}") == "d"
+        """Delete the source's ``d`` rows from the table, insert its ``i`` rows. The
+        source's columns are renamed apart from the table's, so neither side needs
+        a qualifier (``DataFrame.mergeInto`` names the table, aliasing neither: it
+        runs the same on a classic session and over Spark Connect)."""
+        renamed = {c: f"__source_{i}" for i, c in enumerate(self.columns)}
+        source = source.select(
+            *[F.col(quote(c)).alias(r) for c, r in renamed.items()], F.col(quote(OP))
+        )
+        found = F.col(quote(OP)) == "d"
         for c in self._matched_by:
-            found &= F.col(f"t.{quote(c)}").eqNullSafe(F.col(f"s.{quote(c)}"))
-        values: dict[str, str | Column] = {quote(c): f"s.{quote(c)}" for c in self.columns}
-        target = DeltaTable.forPath(self.spark, self.table.uri).alias("t")
+            found &= F.col(quote(c)).eqNullSafe(F.col(renamed[c]))
+        values = {quote(c): F.col(r) for c, r in renamed.items()}
         with self._transaction():
             (
-                target.merge(source.alias("s"), found & within)
-                .whenMatchedDelete()
-                .whenNotMatchedInsert(F.col(f"s.{OP}") == "i", values)
-                .execute()
+                source.mergeInto(f"delta.{quote(self.table.uri)}", found & within)
+                .whenMatched()
+                .delete()
+                .whenNotMatched(F.col(quote(OP)) == "i")
+                .insert(values)
+                .merge()
             )
 
     def _transaction(self) -> AbstractContextManager[None]:

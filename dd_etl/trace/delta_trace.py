@@ -30,6 +30,7 @@ from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
+from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
 from dd_etl.trace import arrow_files, delta_log, driver_merge, spark_files, summary
 from dd_etl.trace.batch import DataFile, batch_dir
@@ -177,7 +178,7 @@ class DeltaStorage:
         if (
             at_most is not None
             or placement.driver
-            or spark_files.estimated_bytes(stored) <= SMALL_BATCH_BYTES
+            or driver_for(stored.sparkSession).estimated_bytes(stored) <= SMALL_BATCH_BYTES
         ):
             return self._write_files(state, directory, stored, at_most, distinct, placement)
         stored = stored.persist()

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from dd_etl import sql_text
 from dd_etl.lattice import Antichain
 from dd_etl.local_relations import empty_frame
 from dd_etl.profiling import SPARK, phase
+from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import cast, quote
 from dd_etl.trace import hash_slices
 from dd_etl.trace.batch import DataFile
@@ -98,15 +98,6 @@ def _cast_as(name: str, kind: DataType) -> str:
     return f"{cast(quote(name), kind)} AS {quote(name)}"
 
 
-def estimated_bytes(df: DataFrame) -> int:
-    """Spark's own size estimate of a plan, without running it."""
-    stats = df._jdf.queryExecution().optimizedPlan().stats()
-    try:
-        return int(str(stats.sizeInBytes()))
-    except ValueError:  # estimates of long join chains overflow Python's int parsing
-        return sys.maxsize
-
-
 def consolidate(
     df: DataFrame,
     partitions: int,
@@ -178,7 +169,7 @@ def write_files(
     there are more than ``ONE_TASK_RECORDS``; else by one task (``consolidate``
     tells ``shuffled``)."""
     few = records_hint is None or records_hint <= ONE_TASK_RECORDS
-    cores = df.sparkSession.sparkContext.defaultParallelism
+    cores = driver_for(df.sparkSession).default_parallelism()
     files = math.ceil((records_hint or 0) / rows_per_file)
     partitions = 1 if few else min(files, SLICES_PER_CORE * cores)
     out = consolidate(df, partitions, distinct, shuffled, hashes)

@@ -1,0 +1,104 @@
+"""The driver behind a Spark Connect server: reached only through its plans.
+
+A Connect client builds plans in Python and sends them whole, so the DataFrame
+API is as cheap as anything (no round trip per column); Arrow tables travel in
+the plan. What a classic session reads off the JVM, a Connect client reads off
+the plan Spark explains (one analysis round trip, no job): the optimizer's size
+estimate, the non-deterministic functions a plan calls, the tasks its ``range``
+is split into. Spark does not tell a Connect client the jobs it ran.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+_SIZE = re.compile(r"Statistics\(sizeInBytes=([0-9.E+]+) (B|KiB|MiB|GiB|TiB|PiB|EiB)")
+_SPLITS = re.compile(r"Range \(.*splits=(\d+)\)")
+_UNKNOWN = 2**63 - 1
+NOT_DETERMINISTIC = (
+    "rand",
+    "randn",
+    "random",
+    "randstr",
+    "uniform",
+    "uuid",
+    "shuffle",
+    "monotonically_increasing_id",
+    "spark_partition_id",
+    "input_file_name",
+    "input_file_block_start",
+    "input_file_block_length",
+)
+"""Spark's functions that are not deterministic, as an analyzed plan names them; a
+Python function marked non-deterministic is not among them."""
+_CALLS = re.compile(r"(?<![\w`])(" + "|".join(NOT_DETERMINISTIC) + r")\(")
+
+
+class ConnectDriver:
+    kind = "connect"
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def select(self, df: DataFrame, exprs: Sequence[str]) -> DataFrame:
+        return df.selectExpr(*exprs)
+
+    def group(self, df: DataFrame, keys: Sequence[str], aggregates: Sequence[str]) -> DataFrame:
+        return df.groupBy(*keys).agg(*[F.expr(a) for a in aggregates])
+
+    def expr(self, text: str) -> Column:
+        return F.expr(text)
+
+    def local_relation(self, table: pa.Table, schema: StructType) -> DataFrame:
+        return self.spark.createDataFrame(table, schema)
+
+    def empty_frame(self, schema: StructType) -> DataFrame:
+        return self.spark.createDataFrame([], schema)
+
+    def estimated_bytes(self, df: DataFrame) -> int:
+        return size_in_bytes(_explained(df, "cost"))
+
+    def deterministic(self, df: DataFrame) -> bool:
+        return not calls_not_deterministic(_explained(df, "extended"))
+
+    def default_parallelism(self) -> int:
+        """The splits of a ``range`` with none asked for: Spark's default parallelism."""
+        return range_splits(_explained(self.spark.range(1), "simple"))
+
+    def status(self) -> None:
+        return None
+
+
+def size_in_bytes(explained: str) -> int:
+    """The optimized plan's root estimate in an explanation of mode ``cost``, as
+    Spark prints it (3 significant digits: enough for the thresholds it is
+    compared with); the largest int where it says none or too large to hold."""
+    found = _SIZE.search(explained)
+    if found is None or found.group(2) == "EiB":
+        return _UNKNOWN
+    value, unit = found.groups()
+    return min(int(float(value) * _UNITS[unit]), _UNKNOWN)
+
+
+def calls_not_deterministic(explained: str) -> bool:
+    """Whether the parsed or analyzed plan of an ``extended`` explanation calls one
+    of ``NOT_DETERMINISTIC``."""
+    return _CALLS.search(explained.split("== Optimized Logical Plan ==")[0]) is not None
+
+
+def range_splits(explained: str) -> int:
+    found = _SPLITS.search(explained)
+    return int(found.group(1)) if found else 1
+
+
+def _explained(df: DataFrame, mode: str) -> str:
+    explain: Any = df._explain_string
+    return str(explain(mode=mode))

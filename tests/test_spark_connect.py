@@ -1,0 +1,237 @@
+"""dd_etl through a real Spark Connect server (``dd_etl.spark_connect``), against the
+same pipeline on the classic session this process shares: the CLI over several
+epochs with a run killed in between, and Dagster's tick, audit and backfill jobs.
+
+PySpark makes a process that opened a Connect session a Connect client for good,
+so everything on the server runs in child processes; the classic side runs here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from dd_etl import spark_connect
+from dd_etl.pipeline import open_pipeline
+from dd_etl.pipeline.tick import run_tick
+from dd_etl.spark_driver.connect import calls_not_deterministic, range_splits, size_in_bytes
+from tests.support.pipeline_fixtures import BY_PC_SQL, bag, change_data, oracle, write_pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+TAXI = ROOT / "assets" / "taxi"
+VIEWS = ("fares_by_passengers", "trips_by_borough", "reachable_from_zone_1")
+SINKS = ("fares_by_passengers", "trips_by_borough", "trips_by_borough_changes")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    state = tmp_path_factory.mktemp("connect_server")
+    url = spark_connect.start(
+        state, port=free_port(), master="local[2]", conf={"spark.ui.enabled": "false"}
+    )
+    try:
+        yield url
+    finally:
+        spark_connect.stop(state)
+
+
+def child_env(url: str, **more: str) -> dict[str, str]:
+    env = {**os.environ, "DD_ETL_SERVER": "off", "DD_ETL_SPARK_REMOTE": url, **more}
+    env.pop("DD_ETL_SPARK_MASTER", None)
+    return env
+
+
+def dd_etl(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dd_etl.cli", *args],
+        cwd=ROOT,
+        env=child_env(url, **env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def taxi_copy(root: Path) -> Path:
+    """The demo pipeline under ``root``, its warehouse beside it."""
+    root.mkdir(parents=True)
+    text = (TAXI / "pipeline.yaml").read_text()
+    lines = [
+        "warehouse: warehouse" if line.startswith("warehouse:") else line
+        for line in text.splitlines()
+    ]
+    (root / "pipeline.yaml").write_text("\n".join(lines) + "\n")
+    return root / "pipeline.yaml"
+
+
+def generate(root: Path, epoch: int) -> None:
+    subprocess.run(
+        [sys.executable, str(TAXI / "generate.py"), str(root / "data"), "--epoch", str(epoch)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def rounded(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> Counter[str]:
+    """Rows as a bag, floats to 9 significant digits: sums of doubles depend on
+    the order Spark adds them in."""
+
+    def value(v: Any) -> Any:
+        return float(f"{v:.9g}") if isinstance(v, float) else str(v) if v is not None else None
+
+    return Counter(
+        json.dumps({k: value(v) for k, v in r.items() if k not in drop}, sort_keys=True)
+        for r in rows
+    )
+
+
+def table_rows(path: Path) -> Counter[str]:
+    return rounded(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+
+
+def test_plans_read_as_spark_explains_them() -> None:
+    cost = "== Optimized Logical Plan ==\nProject [x#4L], Statistics(sizeInBytes=1.5 KiB)\n"
+    assert size_in_bytes(cost) == 1536
+    assert size_in_bytes("Statistics(sizeInBytes=8.0 EiB)") == 2**63 - 1
+    assert size_in_bytes("no statistics") == 2**63 - 1
+    assert range_splits("*(1) Range (0, 1, step=1, splits=2)") == 2
+    extended = "== Analyzed Logical Plan ==\nProject [rand(-34) AS r#8, `rand`#2, rand#3]\n"
+    assert calls_not_deterministic(extended)
+    assert not calls_not_deterministic("Project [operand(x#1) AS y#2, rand#3]")
+    assert not calls_not_deterministic("== Optimized Logical Plan ==\nrand(1)")
+
+
+def test_an_unreachable_connect_server_is_a_clear_error(tmp_path: Path) -> None:
+    pipeline = write_pipeline(tmp_path, "connect_unreachable", by_pc_sql=BY_PC_SQL)
+    change_data(tmp_path, 0)
+    url = f"sc://localhost:{free_port()}"
+    done = dd_etl(url, "run", str(pipeline))
+    assert done.returncode == 3, done.stderr
+    assert f"no Spark Connect server answers at {url}" in done.stderr
+    assert not (tmp_path / "warehouse").exists() or not any((tmp_path / "warehouse").iterdir())
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_taxi_pipeline_over_spark_connect_equals_classic_spark(
+    connect_url: str, spark: SparkSession, tmp_path: Path
+) -> None:
+    remote, classic = taxi_copy(tmp_path / "remote"), taxi_copy(tmp_path / "classic")
+    for epoch in range(3):
+        generate(remote.parent, epoch)
+        if epoch == 2:  # killed after its first trace commit, then completed
+            killed = dd_etl(connect_url, "run", str(remote), DD_ETL_FAILPOINTS="append.committed=3")
+            assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        done = dd_etl(connect_url, "run", str(remote), "--profile")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Spark jobs not reported by Spark connect" in done.stdout + done.stderr
+        if epoch == 2:
+            assert "completed interrupted epoch 2" in done.stderr
+
+        generate(classic.parent, epoch)
+        run_tick(open_pipeline(classic, spark))
+
+    # the traces the Connect runs wrote, read here as the classic ones are
+    written, expected = open_pipeline(remote, spark), open_pipeline(classic, spark)
+    for view in VIEWS:
+        rows = [[r.asDict() for r in p.runtime.read(view).collect()] for p in (written, expected)]
+        assert rounded(rows[0]) == rounded(rows[1]), view
+    read = dd_etl(connect_url, "read", str(remote), "trips_by_borough", "--format", "json")
+    assert read.returncode == 0, read.stderr[-3000:]
+    by_borough = [r.asDict() for r in expected.runtime.read("trips_by_borough").collect()]
+    assert rounded(json.loads(read.stdout)) == rounded(by_borough)
+    for sink in SINKS:
+        assert table_rows(remote.parent / "out" / sink) == table_rows(
+            classic.parent / "out" / sink
+        ), sink
+    changes = dd_etl(
+        connect_url, "changes", str(remote), "trips_by_borough", "--from", "2", "--to", "3"
+    )
+    assert changes.returncode == 0 and "Queens" in changes.stdout, changes.stderr[-3000:]
+    verified = dd_etl(connect_url, "verify", str(remote))
+    assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
+    status = dd_etl(connect_url, "status", str(remote), "--json")
+    assert json.loads(status.stdout)["last_tick"]["epoch"] == 2
+
+
+DAGSTER_SCRIPT = textwrap.dedent(
+    """\
+    import json, sys
+    from pathlib import Path
+
+    import dagster as dg
+
+    from dd_etl.dagster import SparkResource, pipeline_definitions
+
+    pipeline, url, epochs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    defs = pipeline_definitions([pipeline], spark=SparkResource(remote=url))
+    instance = dg.DagsterInstance.ephemeral()
+    out = {}
+    tick = defs.resolve_job_def("e2e_tick").execute_in_process(instance=instance)
+    out["tick"] = tick.success
+    out["checks"] = [e.passed for e in tick.get_asset_check_evaluations()]
+    out["jobs"] = [
+        m.metadata["run cost"].value["spark_jobs"]
+        for m in tick.asset_materializations_for_node("e2e_assets")
+        if "run cost" in m.metadata
+    ]
+    if epochs == 2:
+        audit = defs.resolve_job_def("e2e_audit").execute_in_process(instance=instance)
+        out["audit"] = [e.passed for e in audit.get_asset_check_evaluations()]
+        config = {"ops": {"e2e_rebuild_op": {"config": {"views": ["by_pc"]}}}}
+        rebuild = defs.resolve_job_def("e2e_rebuild").execute_in_process(
+            instance=instance, run_config=config
+        )
+        out["rebuild"] = rebuild.success
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_dagster_jobs_over_spark_connect(connect_url: str, tmp_path: Path) -> None:
+    pipeline = write_pipeline(tmp_path, "connect_dagster", by_pc_sql=BY_PC_SQL)
+    script = tmp_path / "dagster_over_connect.py"
+    script.write_text(DAGSTER_SCRIPT)
+    for epoch in range(3):
+        change_data(tmp_path, epoch)
+        ran = subprocess.run(
+            [sys.executable, str(script), str(pipeline), connect_url, str(epoch)],
+            cwd=tmp_path,
+            env={**child_env(connect_url), "PYTHONPATH": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        out = json.loads(ran.stdout.strip().splitlines()[-1])
+        assert out["tick"] and out["checks"] and all(out["checks"]), out
+        assert set(out["jobs"]) == {None}  # not reported over Connect, not guessed
+        for view in ("by_pc", "zoned"):
+            sink = tmp_path / "out" / view
+            if sink.exists():
+                rows = DeltaTable(str(sink)).to_pyarrow_table().to_pylist()
+                assert bag(rows) == oracle(tmp_path, view), (epoch, view)
+    assert out["audit"] and all(out["audit"]), out
+    assert out["rebuild"], out
+    rows = DeltaTable(str(tmp_path / "out" / "by_pc")).to_pyarrow_table().to_pylist()
+    assert bag(rows) == oracle(tmp_path, "by_pc")
