@@ -16,8 +16,8 @@ A session may instead be a Spark Connect client (``remote``, or
 ``DD_ETL_SPARK_REMOTE``: ``sc://host:port``): the driver is then a server
 elsewhere, set up with Delta and the static settings below
 (``spark_connect`` starts one here); the client sets the settings a session may
-change, and a setting the pipeline asks for that only the server can have is an
-error naming it. PySpark makes a process that opened a Connect session a Connect
+change, and one only the server can have, with another value there, is a
+warning naming it. PySpark makes a process that opened a Connect session a Connect
 client for good, so one process holds sessions of one kind.
 
 A process that serves many commands (``dd_etl.server``) keeps its Spark only for
