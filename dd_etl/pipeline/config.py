@@ -48,8 +48,8 @@ class SparkSettings(_Model):
     """``local[*]``, ``spark://host:7077`` or any cluster URL; default: local (or
     ``DD_ETL_SPARK_MASTER``)."""
     remote: str | None = None
-    """A Spark Connect server, ``sc://host:port``, instead of a master; default:
-    ``DD_ETL_SPARK_REMOTE`` when no master is named."""
+    """A Spark Connect server, ``sc://host:port``, instead of a master;
+    ``DD_ETL_SPARK_REMOTE``, if set, is used in place of a file's master."""
     conf: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
