@@ -193,7 +193,9 @@ def test_with_recursive_equals_duckdb(spark: SparkSession, tmp_path: Path) -> No
         compile_view(flow, sql, tables, name, dialect="duckdb")
     rt = Runtime(flow)
     rng = random.Random(3)
-    edges: list[Edge] = [random_edge(rng) for _ in range(12)]
+    # An edge to nowhere: the step yields a NULL node where `SELECT 0` cannot.
+    edges: list[tuple[int, int | None, int]] = [random_edge(rng) for _ in range(12)]
+    edges.append((0, None, 1))
     roots = [0, 0, 3]  # a duplicate root
     changes = [(edges, [], roots, [])]
     for _ in range(2):
@@ -206,7 +208,7 @@ def test_with_recursive_equals_duckdb(spark: SparkSession, tmp_path: Path) -> No
     db = duckdb.connect()
     db.execute("CREATE TABLE edges (src BIGINT, dst BIGINT, weight BIGINT)")
     db.execute("CREATE TABLE roots (node BIGINT)")
-    current_edges: Counter[Edge] = Counter()
+    current_edges: Counter[tuple[int, int | None, int]] = Counter()
     current_roots: Counter[int] = Counter()
     for epoch, (new, cut, added, dropped) in enumerate(changes):
         current_edges.update(new)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import node_id
@@ -59,8 +59,16 @@ def build_iterate(
         return result
 
     # The variable is named after what the body makes of it, so two loops from the
-    # same collection (say, inside one outer loop) never share a variable.
-    probe = apply(n.Variable(node_id("variable", (initial.node.id,), schema), (), schema))
+    # same collection (say, inside one outer loop) never share a variable. It holds
+    # what enters and what the body returns, so a column is nullable if either
+    # side's is (``SELECT 0`` is not, a joined ``e.dst`` may be); a wider variable
+    # may widen the body, so this repeats until nothing changes.
+    while True:
+        probe = apply(n.Variable(node_id("variable", (initial.node.id,), schema), (), schema))
+        wider = _nullable_union(schema, probe.node.schema)
+        if wider == schema:
+            break
+        schema = wider
     named = node_id("variable", (initial.node.id,), schema, body=probe.node.id)
     variable = n.Variable(named, (), schema)
     result = apply(variable)
@@ -95,6 +103,34 @@ def build_iterate(
 def _shape(schema: StructType) -> list[tuple[str, str]]:
     """Names and types; nullability may differ (``dist + 1`` is nullable, ``0`` is not)."""
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _nullable_union(schema: StructType, other: StructType) -> StructType:
+    """``schema`` nullable wherever ``other`` is, nested fields and elements too;
+    unchanged when the columns differ (that is reported once the body is built)."""
+    if _shape(schema) != _shape(other):
+        return schema
+    wider = _wider(schema, other)
+    assert isinstance(wider, StructType)
+    return wider
+
+
+def _wider(a: DataType, b: DataType) -> DataType:
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return StructType(
+            [
+                StructField(
+                    f.name, _wider(f.dataType, g.dataType), f.nullable or g.nullable, f.metadata
+                )
+                for f, g in zip(a.fields, b.fields, strict=True)
+            ]
+        )
+    if isinstance(a, ArrayType) and isinstance(b, ArrayType):
+        return ArrayType(_wider(a.elementType, b.elementType), a.containsNull or b.containsNull)
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        value = _wider(a.valueType, b.valueType)
+        return MapType(a.keyType, value, a.valueContainsNull or b.valueContainsNull)
+    return a
 
 
 def _describe(schema: StructType) -> str:

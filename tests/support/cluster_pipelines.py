@@ -68,12 +68,12 @@ JOIN_VIEWS = {
         "WHERE w.hops < 2 AND t.pc IS NOT NULL) "
         "SELECT node, hops, COUNT(*) AS walks FROM walk GROUP BY node, hops"
     ),
-    # the set of zones reachable from zone 0, with their boroughs (a base of
-    # ``SELECT 0`` must not meet a NULL: its column is stored as not nullable)
+    # the set of zones reachable from zone 0, with their boroughs (a NULL pc is
+    # reached too, where the base ``SELECT 0`` has none)
     "reach": (
         "WITH RECURSIVE reach(node) AS (SELECT 0 UNION "
-        "SELECT t.pc FROM reach r JOIN trips t ON r.node = t.zone WHERE t.pc IS NOT NULL) "
-        "SELECT r.node, z.borough FROM reach r JOIN zones z ON r.node = z.zone_id"
+        "SELECT t.pc FROM reach r JOIN trips t ON r.node = t.zone) "
+        "SELECT r.node, z.borough FROM reach r LEFT JOIN zones z ON r.node = z.zone_id"
     ),
 }
 JOIN_SINKS = {"boroughs": "out/boroughs", "boroughs_changes": "out/boroughs_changes"}
