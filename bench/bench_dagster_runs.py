@@ -9,11 +9,18 @@ its step to the server, started by the first run and kept by the later ones;
 without it (``off``) every run starts Spark itself. The two sequences alternate
 ``--repeats`` times, each on a fresh warehouse. Results:
 ``bench/results/dagster_runs.json`` and ``bench/results/dagster_runs.png``.
+
+``--schedule-every S`` measures what a schedule meets instead: the runs after the
+load start every S seconds, on a server whose idle time (``--idle``) is shorter,
+as an hourly schedule meets a server that idles out after 15 minutes. Each run
+either carries the next tick's due time, as the tick schedule tags its runs
+(``dd_etl/warm_until``), or does not. Results: ``dagster_schedule.json``/``.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -28,16 +35,21 @@ from common import RESULTS, environment, recorded_argv, spark_session, write_jso
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from dd_etl.dagster.names import PIPELINES_ENV
+from dd_etl.dagster.names import PIPELINES_ENV, WARM_UNTIL_TAG
 from dd_etl.server import client, identity
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 MODES = {"server": "on", "own process": "off"}
+SCHEDULED = ("told the next tick", "not told")
 
 
-def sequence(root: Path, epochs: int, server: str) -> list[float]:
-    """Seconds of each epoch's Dagster run, on a fresh copy of the demo."""
+def sequence(
+    root: Path, epochs: int, server: str, every: float | None = None, idle: float = 900.0,
+    told: bool = False,
+) -> list[float]:  # fmt: skip
+    """Seconds of each epoch's Dagster run, on a fresh copy of the demo; with
+    ``every``, the runs after the first start ``every`` seconds apart."""
     shutil.rmtree(root, ignore_errors=True)
     demo = root / "assets" / "taxi"
     shutil.copytree(ROOT / "assets" / "taxi", demo)
@@ -48,17 +60,32 @@ def sequence(root: Path, epochs: int, server: str) -> list[float]:
         PIPELINES_ENV: str(demo / "pipeline.yaml"),
         identity.SERVER_ENV: server,
         identity.DIRECTORY_ENV: str(root / "servers"),
+        identity.IDLE_ENV: str(idle),
     }
     seconds = []
+    due = time.time()
     for epoch in range(epochs):
         subprocess.run(
             [sys.executable, str(demo / "generate.py"), str(demo / "data"), "--epoch", str(epoch)],
             check=True,
             capture_output=True,
         )
+        if every is not None and epoch > 0:
+            time.sleep(max(0.0, due - time.time()))
+        due = time.time() + (every or 0.0)
+        tags = ["--tags", json.dumps({WARM_UNTIL_TAG: str(due)})] if told else []
         started = time.perf_counter()
         run = subprocess.run(
-            [BIN / "dagster", "job", "execute", "-m", "dd_etl.dagster.location", "-j", "taxi_tick"],
+            [
+                BIN / "dagster",
+                "job",
+                "execute",
+                "-m",
+                "dd_etl.dagster.location",
+                "-j",
+                "taxi_tick",
+                *tags,
+            ],
             cwd=root,
             env=env,
             capture_output=True,
@@ -67,7 +94,7 @@ def sequence(root: Path, epochs: int, server: str) -> list[float]:
         seconds.append(round(time.perf_counter() - started, 2))
         if run.returncode != 0:
             raise SystemExit(f"epoch {epoch} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-        print(f"{server}: epoch {epoch} {seconds[-1]} s", flush=True)
+        print(f"{server}{' told' if told else ''}: epoch {epoch} {seconds[-1]} s", flush=True)
     for path in identity.sockets(root / "servers") if (root / "servers").exists() else []:
         client.ask(path, {"kind": "stop"})
     time.sleep(2)  # the server's JVM exits before the next sequence starts
@@ -80,14 +107,19 @@ def plot(result: dict[str, Any], out: Path) -> None:
     ax = fig.add_subplot()
     epochs = range(result["epochs"])
     width = 0.4
-    for i, mode in enumerate(MODES):
+    for i, mode in enumerate(result["runs"]):
         runs = result["runs"][mode]
         means = [statistics.mean(r[e] for r in runs) for e in epochs]
         bars = ax.bar([e + (i - 0.5) * width for e in epochs], means, width, label=mode)
         ax.bar_label(bars, fmt="%.1f", fontsize=8)
     ax.set_xticks(list(epochs), [f"epoch {e}" for e in epochs])
     ax.set_ylabel("seconds per Dagster run (process start to exit)")
-    ax.set_title(f"Taxi demo as Dagster runs, mean of {result['repeats']} sequences")
+    every = result.get("schedule_every")
+    scheduled = f", every {every:.0f} s on a server idle after {result['idle']:.0f} s"
+    ax.set_title(
+        f"Taxi demo as Dagster runs{scheduled if every else ''}, "
+        f"mean of {result['repeats']} sequences"
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(out)
@@ -98,13 +130,23 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--schedule-every", type=float, default=None)
+    parser.add_argument("--idle", type=float, default=20.0)
     args = parser.parse_args()
+    every = args.schedule_every
     scratch = Path(tempfile.mkdtemp(prefix="dagster_runs_", dir=args.workdir))
-    runs: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
+    runs: dict[str, list[list[float]]] = {mode: [] for mode in (SCHEDULED if every else MODES)}
     try:
         for _ in range(args.repeats):
-            for mode, server in MODES.items():
-                runs[mode].append(sequence(scratch / "demo", args.epochs, server))
+            if every is None:
+                for mode, server in MODES.items():
+                    runs[mode].append(sequence(scratch / "demo", args.epochs, server))
+                continue
+            for mode in SCHEDULED:
+                told = mode == SCHEDULED[0]
+                runs[mode].append(
+                    sequence(scratch / "demo", args.epochs, "on", every, args.idle, told)
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     spark = spark_session("bench_dagster_runs")  # for the environment, after the runs
@@ -113,10 +155,13 @@ def main() -> None:
     finally:
         spark.stop()
     result = {"argv": recorded_argv(), "epochs": args.epochs, "repeats": args.repeats}
+    if every is not None:
+        result |= {"schedule_every": every, "idle": args.idle}
     result |= {"runs": runs, "environment": env}
-    write_json("dagster_runs", result)
-    plot(result, RESULTS / "dagster_runs.png")
-    print(f"wrote {RESULTS / 'dagster_runs.json'} and {RESULTS / 'dagster_runs.png'}")
+    name = "dagster_runs" if every is None else "dagster_schedule"
+    write_json(name, result)
+    plot(result, RESULTS / f"{name}.png")
+    print(f"wrote {RESULTS / f'{name}.json'} and {RESULTS / f'{name}.png'}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dd_etl.dagster import SparkResource, pipeline_definitions
+from dd_etl.dagster.names import WARM_UNTIL_TAG
 from dd_etl.dagster.step import Step, answer_in, decode, encode
 from dd_etl.server import client, identity
 from tests.support.child_process import alive
@@ -71,10 +72,12 @@ def test_a_dagster_tick_runs_on_the_server(
     try:
         for epoch in range(2):
             change_data(tmp_path, epoch)
-            result = tick().execute_in_process(instance=instance)
+            due = time.time() + 3600  # the next tick, as the schedule tags a run
+            result = tick().execute_in_process(instance=instance, tags={WARM_UNTIL_TAG: str(due)})
             assert result.success
             status = server()
             assert status is not None and status["commands"] == epoch + 1
+            assert status["warm_until"] == due
             meta = materializations(result)
             assert meta[TRIPS]["epoch"] == epoch and meta[BY_PC]["upper"] == epoch + 1
             assert meta[BY_PC]["epochs"] == f"{epoch}..{epoch}"

@@ -27,22 +27,29 @@ def _ask_all(message: dict[str, Any]) -> list[dict[str, Any]]:
 @app.command("status")
 def server_status() -> None:
     """Each server of this user: its process, whether it runs a command, how many it
-    ran, how its JVM compiles (quick: C1 only, for small runs), and whether this
-    installation and environment would use it."""
+    ran, until when a schedule keeps it warm, how its JVM compiles (quick: C1 only,
+    for small runs), and whether this installation and environment would use it."""
     servers = _ask_all({"kind": "status"})
     if not servers:
         err.print("no server running", highlight=False)
         return
     current = identity.digest(os.environ)
-    table = Table("pid", "state", "commands", "started", "idle", "spark", "compiler", "used here")
+    table = Table(
+        "pid", "state", "commands", "started", "idle", "warm until", "spark", "compiler",
+        "used here",
+    )  # fmt: skip
     for s in servers:
-        started = dt.datetime.fromtimestamp(s["started"], dt.UTC).isoformat(timespec="seconds")
+        warm = _time(s["warm_until"]) if s.get("warm_until") else ""
         table.add_row(
             str(s["pid"]), "running a command" if s["busy"] else "idle", str(s["commands"]),
-            started, f"{s['idle']:.0f}s", s["master"] or "not started",
+            _time(s["started"]), f"{s['idle']:.0f}s", warm, s["master"] or "not started",
             s.get("compiler") or "", "yes" if s["digest"] == current else "no",
         )  # fmt: skip
     out.print(table)
+
+
+def _time(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="seconds")
 
 
 @app.command("stop")

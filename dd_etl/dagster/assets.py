@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 
 from dd_etl.dagster.checks import cheap_check_specs
-from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
+from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, WARM_UNTIL_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.step import Step, execute
 from dd_etl.pipeline.analysis import referenced_tables, view_order
@@ -85,6 +85,7 @@ def pipeline_assets(loaded: LoadedConfig, max_lag: int = 0) -> dg.AssetsDefiniti
             conf=spark.conf,
             remote=spark.remote,
         )
-        yield from execute(step, context.log.info)
+        warm_until = context.run.tags.get(WARM_UNTIL_TAG)
+        yield from execute(step, context.log.info, float(warm_until) if warm_until else None)
 
     return tick

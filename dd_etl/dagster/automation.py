@@ -7,14 +7,16 @@ or running: ticks never overlap, and a tick that would find nothing new is never
 started.
 """
 
+import datetime
 import json
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
+from dagster._utils.schedules import get_next_cron_tick
 
-from dd_etl.dagster.names import PIPELINE_TAG, identifier
+from dd_etl.dagster.names import PIPELINE_TAG, WARM_UNTIL_TAG, identifier
 from dd_etl.errors import PipelineError
 from dd_etl.pipeline.config import LoadedConfig, load_config
 
@@ -33,6 +35,12 @@ def _tick_running(instance: dg.DagsterInstance, pipeline: str) -> bool:
         dg.RunsFilter(tags={PIPELINE_TAG: pipeline}, statuses=IN_FLIGHT), limit=1
     )
     return bool(runs)
+
+
+def next_tick_after(cron: str, tick: datetime.datetime | None) -> float:
+    """When the schedule fires after ``tick`` (now if None), in seconds since the epoch."""
+    after = tick or datetime.datetime.now(datetime.UTC)
+    return get_next_cron_tick(cron, after + datetime.timedelta(seconds=1), None).timestamp()
 
 
 def tick_schedule(
@@ -54,16 +62,21 @@ def tick_schedule(
     )
     def schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
         from dd_etl.pipeline.status import tick_due
+        from dd_etl.server.client import keep_warm
 
+        # The server that runs ticks stays warm until the next one is due, skipped or not.
+        next_tick = next_tick_after(cron, context.scheduled_execution_time)
         if _tick_running(context.instance, name):
+            keep_warm(next_tick)
             return dg.SkipReason("a tick of this pipeline is still running")
         try:
             due = tick_due(load_config(file))
         except PipelineError as e:
             return dg.SkipReason(str(e))
         if due is None:
+            keep_warm(next_tick)
             return dg.SkipReason("no source has new data")
-        return dg.RunRequest(tags={"dd_etl/reason": due})
+        return dg.RunRequest(tags={"dd_etl/reason": due, WARM_UNTIL_TAG: str(next_tick)})
 
     return schedule
 

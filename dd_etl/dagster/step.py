@@ -71,9 +71,10 @@ class Step:
         )
 
 
-def execute(step: Step, log: Log) -> Iterator[Result]:
-    """The step's results, from the server if it takes the step, else from this process."""
-    served = _served(step, log)
+def execute(step: Step, log: Log, warm_until: float | None = None) -> Iterator[Result]:
+    """The step's results, from the server if it takes the step, else from this process.
+    ``warm_until``: when the schedule's next tick is due, for the server to stay warm."""
+    served = _served(step, log, warm_until)
     if served is not None:
         yield from served
         return
@@ -153,7 +154,7 @@ def answer(step: Step) -> None:
     print(encode(results), flush=True)
 
 
-def _served(step: Step, log: Log) -> list[Result] | None:
+def _served(step: Step, log: Log, warm_until: float | None) -> list[Result] | None:
     """The step's results from the server; None if it is to run in this process."""
     if not identity.enabled(os.environ):
         return None
@@ -169,7 +170,8 @@ def _served(step: Step, log: Log) -> list[Result] | None:
     for reader in readers:
         reader.start()
     try:
-        code = client.through_server([COMMAND, step.to_json()], (stdin, write_out, write_err))
+        streams = (stdin, write_out, write_err)
+        code = client.through_server([COMMAND, step.to_json()], streams, warm_until)
     finally:
         for fd in (stdin, write_out, write_err):
             os.close(fd)  # the server closed its copies: the readers reach the end

@@ -56,9 +56,12 @@ def served(args: list[str]) -> bool:
     return command in SERVED
 
 
-def through_server(args: list[str], streams: Sequence[int] | None = None) -> int | None:
+def through_server(
+    args: list[str], streams: Sequence[int] | None = None, warm_until: float | None = None
+) -> int | None:
     """The command's exit status, run by the server on this process's standard streams
-    (or on ``streams``, three descriptors); None if it is to run here."""
+    (or on ``streams``, three descriptors); None if it is to run here. ``warm_until``:
+    when the next command is due (a schedule's next tick), so the server stays."""
     try:
         files = identity.server_for(os.environ)
     except OSError:
@@ -69,6 +72,7 @@ def through_server(args: list[str], streams: Sequence[int] | None = None) -> int
         "cwd": os.getcwd(),
         "env": {**_terminal_size(), **os.environ},
         "encoding": getattr(sys.stdout, "encoding", None),
+        "warm_until": warm_until,
     }
     compiler = "quick"  # unless the command is too large for it (``server.Compiler``)
     for _ in range(3):  # a server may exit (idle, restart) just as we connect
@@ -146,6 +150,19 @@ def stop_others(files: identity.Server) -> None:
         with contextlib.suppress(OSError):
             if not path.with_suffix(".sock").exists() and path.stat().st_mtime < week_ago:
                 path.unlink()
+
+
+def keep_warm(until: float) -> dict[str, Any] | None:
+    """Ask the running server of this installation and environment to stay until
+    ``until`` (a wall-clock time) and its idle time after; starts none. Its status,
+    or None if none runs or servers are off."""
+    if not identity.enabled(os.environ):
+        return None
+    try:
+        files = identity.server_for(os.environ)
+    except OSError:
+        return None
+    return ask(files.socket, {"kind": "warm", "warm_until": until})
 
 
 def ask(path: os.PathLike[str], message: dict[str, Any]) -> dict[str, Any] | None:

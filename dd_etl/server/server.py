@@ -6,8 +6,10 @@ digest, so two clients starting one at once end up with one; listens on its
 socket; runs each command as ``dd-etl`` would, on the caller's streams,
 environment and working directory; and exits after its idle time, when asked to
 (``dd-etl server stop``), or when a command needs Spark settings other than its
-session's (the client then starts a new server). A command arriving while another
-runs is turned away and runs in its caller's process.
+session's (the client then starts a new server). A scheduled tick tells it when
+the next one is due (``warm_until``): its idle time then counts from that instant,
+so a schedule less frequent than the idle time still meets a warm JVM. A command
+arriving while another runs is turned away and runs in its caller's process.
 
 Its JVM compiles ``quick`` (``dd_etl.spark.QUICK_COMPILER``) unless started
 ``full``: a command too large for the quick compiler raises ``NeedsFullCompiler``
@@ -59,6 +61,8 @@ class _Command:
 class _State:
     started: float = field(default_factory=time.time)
     last_active: float = field(default_factory=time.monotonic)
+    warm_until: float = 0.0
+    """Wall-clock time (``time.time()``) of the next scheduled command, if one said."""
     commands: int = 0
     busy: bool = False
     stopping: bool = False
@@ -131,9 +135,12 @@ class Server:
 
     def _idled_out(self) -> bool:
         """Whether the server has waited its idle time for a command (questions about
-        its status do not count), and so stops."""
+        its status do not count) since its last one or the next scheduled one's due
+        time, whichever is later; and so stops."""
         with self.guard:
-            idle = time.monotonic() - self.state.last_active
+            idle = min(
+                time.monotonic() - self.state.last_active, time.time() - self.state.warm_until
+            )
             if self.state.busy or idle <= self.idle_seconds:
                 return False
             _log(f"idle for {idle:.0f}s: exiting")
@@ -150,6 +157,9 @@ class Server:
         connection.settimeout(None)
         kind = request.get("kind")
         with self.guard:
+            if kind in ("command", "warm"):
+                due = float(request.get("warm_until") or 0.0)
+                self.state.warm_until = max(self.state.warm_until, due)
             if kind == "command" and not (self.state.busy or self.state.stopping):
                 self.state.busy = True
                 self.pending.put(_Command(connection, request, fds))
@@ -159,7 +169,7 @@ class Server:
                 self.state.stopping = True
                 if not self.state.busy:
                     self.pending.put(None)
-            reply = self._status() if kind == "status" else {"busy": kind == "command"}
+            reply = self._status() if kind in ("status", "warm") else {"busy": kind == "command"}
         for fd in fds:
             os.close(fd)
         protocol.send(connection, reply)
@@ -177,6 +187,7 @@ class Server:
             "commands": self.state.commands,
             "busy": self.state.busy,
             "idle": round(time.monotonic() - self.state.last_active, 1),
+            "warm_until": self.state.warm_until or None,
             "master": settings[0] if settings else None,
             "compiler": compiler(),
         }
