@@ -45,7 +45,8 @@ from typing import Any
 import pyspark
 from spark_metrics import SparkWork, UiJobs, measured
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+from dd_etl import spark_connect
+
 DATABASE = "bench"
 """The server's database holding the source tables and the materialized views."""
 FLOW_EVENT = re.compile(r"^Flow (\S+) (?:is|has) ([A-Z_]+)\.?$")
@@ -131,33 +132,20 @@ class SdpPeer:
     def _start(
         self, master: str, driver_memory: str, conf: Mapping[str, str], timeout: float
     ) -> None:
-        """Launch the server with ``spark-submit`` (the one inside the pyspark
-        package), wait for its gRPC port, then connect a Spark Connect session."""
-        spark_home = Path(pyspark.__file__).parent
+        """Launch the server as ``dd_etl.spark_connect`` does (``spark-submit``
+        inside the pyspark package, Spark's settings as a dd_etl session has them),
+        wait for its gRPC port, then connect a Spark Connect session."""
         settings = {
             **conf,
-            "spark.connect.grpc.binding.port": str(self.grpc_port),
             "spark.ui.enabled": "true",  # for its REST API: the run's jobs and stages
             "spark.ui.port": str(self.ui_port),
             "spark.port.maxRetries": "0",  # a taken port fails, not moves elsewhere
             "spark.ui.retainedJobs": "100000",
             "spark.ui.retainedStages": "100000",
-            "spark.sql.catalogImplementation": "in-memory",  # no Hive metastore files
             "spark.sql.warehouse.dir": str(self.root / "warehouse"),
         }
-        command = [
-            str(spark_home / "bin" / "spark-submit"),
-            "--master",
-            master,
-            "--driver-memory",
-            driver_memory,
-            "--name",
-            "bench_sdp",
-            "--class",
-            SERVER_CLASS,
-        ]
-        for key, value in settings.items():
-            command += ["--conf", f"{key}={value}"]
+        command = spark_connect.server_command(self.grpc_port, master, settings, driver_memory)
+        spark_home = Path(pyspark.__file__).parent
         env = {**os.environ, "SPARK_HOME": str(spark_home)}
         with self.log_path.open("wb") as log:
             # a session of its own: an interrupt of the benchmark reaches the
@@ -172,7 +160,7 @@ class SdpPeer:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        while not self._listening():
+        while not spark_connect.listening(self.grpc_port):
             if self._process.poll() is not None:
                 raise RuntimeError(f"the Spark Connect server exited:\n{self._log_tail()}")
             if time.monotonic() > deadline:
@@ -181,13 +169,6 @@ class SdpPeer:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
         self._session = ConnectSession.builder.remote(f"sc://localhost:{self.grpc_port}").create()
-
-    def _listening(self) -> bool:
-        try:
-            with socket.create_connection(("localhost", self.grpc_port), timeout=1.0):
-                return True
-        except OSError:
-            return False
 
     def _log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -1,15 +1,15 @@
 """dd_etl on a Spark standalone cluster of two workers started by
-infra/spark-standalone.sh: the trace workload, and whole pipelines run with the
-``dd-etl`` CLI as a user runs them (the taxi demo, and SQL views with a join, an
-aggregate and ``WITH RECURSIVE``), epoch by epoch, with a run killed midway and
-run again. Every view, materialized sink and change feed equals what the same
-pipeline gives in local mode over the same source data. The workers get no
-``PYTHONPATH``: executors need no dd_etl code."""
+infra/spark-standalone.sh: whole pipelines (the taxi demo, and SQL views with a
+join, an aggregate and ``WITH RECURSIVE``) run with the ``dd-etl`` CLI as a user
+runs them, through the dd_etl server that keeps the driver (so the application
+and its executors) between commands, epoch by epoch, with a run killed midway
+(its server with it) and run again. Every view, materialized sink and change
+feed equals what the same pipeline gives in local mode over the same source
+data. The workers get no ``PYTHONPATH``: executors need no dd_etl code."""
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from dd_etl.server import client, identity
 from dd_etl.spark import conf_applied
-from dd_etl.trace.delta_trace import DeltaTrace
 from tests.support.cluster_pipelines import (
     JOIN_SINKS,
     JOIN_VIEWS,
@@ -31,9 +31,6 @@ from tests.support.cluster_pipelines import (
     taxi_generator,
     taxi_pipeline,
 )
-from tests.support.crash_workload import EPOCHS, expected_updates
-from tests.support.kv_trace import contents
-from tests.support.model_storage import accumulate
 from tests.support.pipeline_fixtures import change_data
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -42,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "infra" / "spark-standalone.sh"
 DD_ETL = Path(sys.executable).with_name("dd-etl")
 WORKERS = 2
-# Each ``dd-etl`` is a new application with new executors that run for seconds:
-# like the tests' child drivers (conftest), they compile with C1 only.
+# Applications that run for seconds: like the tests' child drivers (conftest),
+# driver and executors compile with C1 only.
 SUBMIT_ARGS = (
     '--driver-java-options "-XX:TieredStopAtLevel=1" '
     "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell"
@@ -93,7 +90,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 assert b"\0PYTHONPATH=" not in b"\0" + environ.read_bytes()
         yield state
     finally:
+        for server in identity.sockets(servers(state)):
+            client.ask(server, {"kind": "stop"})
         subprocess.run(["bash", str(SCRIPT), "stop", str(state)], env=env, check=False)
+
+
+def servers(state: Path) -> Path:
+    """Where the dd_etl servers of the cluster's commands listen."""
+    return state / "servers"
 
 
 def master(state: Path) -> str:
@@ -111,13 +115,15 @@ def tasks_per_worker(state: Path) -> list[int]:
 
 
 class OnCluster:
-    """``dd-etl ARGS`` started in a process of its own, its Spark on the cluster; its
-    standard error goes to a file, so it never blocks on a full pipe."""
+    """``dd-etl ARGS`` started in a process of its own, run by the dd_etl server for
+    the cluster (started by the first command); its standard error goes to a file,
+    so it never blocks on a full pipe."""
 
     def __init__(self, state: Path, *args: str, failpoint: str = "") -> None:
         env = {
             **without_pythonpath(),
-            "DD_ETL_SERVER": "off",
+            identity.SERVER_ENV: "on",
+            identity.DIRECTORY_ENV: str(servers(state)),
             "DD_ETL_SPARK_MASTER": master(state),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS,
@@ -148,15 +154,15 @@ def run_both(
 ) -> None:
     """Epoch ``epoch``: one ``dd-etl run`` of ``cluster_file`` on the cluster and,
     meanwhile, of ``local_file`` here (on the tests' local Spark). With
-    ``failpoint``, the run on the cluster is killed there (SIGKILL), then run again:
-    that run completes the epoch."""
+    ``failpoint``, the run on the cluster is killed there (its server SIGKILLed),
+    then run again: that run, on a new server, completes the epoch."""
     run = OnCluster(state, "run", str(cluster_file), failpoint=failpoint)
     try:
         cli("run", str(local_file))
     finally:
         code, stderr = run.finished()
     if failpoint:
-        assert code == -signal.SIGKILL, stderr[-3000:]
+        assert code == client.INTERRUPTED, stderr[-3000:]
         code, stderr = OnCluster(state, "run", str(cluster_file)).finished()
         assert f"completed interrupted epoch {epoch}" in stderr, stderr[-3000:]
     assert code == 0, stderr[-3000:]
@@ -169,32 +175,7 @@ def assert_same(got: dict[str, object], expected: dict[str, object]) -> None:
     assert not differing, {k: (got[k], expected[k]) for k in differing}
 
 
-def test_trace_workload_runs_on_a_standalone_cluster(
-    cluster: Path, spark: SparkSession, tmp_path: Path
-) -> None:
-    uri = tmp_path / "trace"
-    env = {
-        **os.environ,
-        "DD_ETL_SPARK_MASTER": master(cluster),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(ROOT),  # the driver runs a module of the tests; executors do not
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.crash_workload", str(uri)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "done" in proc.stdout
-    trace = DeltaTrace(spark, str(uri))
-    assert trace.state.upper.epoch_bound() == EPOCHS
-    assert contents(trace.read_at()) == accumulate(expected_updates(EPOCHS), None)
-
-
-TAXI_EPOCHS = 3
+TAXI_EPOCHS = 2  # the load, then an epoch whose first run is killed
 TAXI_CRASH = 1  # its run on the cluster is killed once the sinks' files are written
 
 

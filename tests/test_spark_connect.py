@@ -27,7 +27,7 @@ from dd_etl import spark_connect
 from dd_etl.pipeline import open_pipeline
 from dd_etl.pipeline.tick import run_tick
 from dd_etl.spark_driver.connect import calls_not_deterministic, range_splits, size_in_bytes
-from tests.support.pipeline_fixtures import BY_PC_SQL, bag, change_data, oracle, write_pipeline
+from tests.support.pipeline_fixtures import BY_PC_SQL, change_data, write_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 TAXI = ROOT / "assets" / "taxi"
@@ -154,28 +154,74 @@ def test_the_taxi_pipeline_over_spark_connect_equals_classic_spark(
     for view in VIEWS:
         rows = [[r.asDict() for r in p.runtime.read(view).collect()] for p in (written, expected)]
         assert rounded(rows[0]) == rounded(rows[1]), view
-    read = dd_etl(connect_url, "read", str(remote), "trips_by_borough", "--format", "json")
-    assert read.returncode == 0, read.stderr[-3000:]
-    by_borough = [r.asDict() for r in expected.runtime.read("trips_by_borough").collect()]
-    assert rounded(json.loads(read.stdout)) == rounded(by_borough)
     for sink in SINKS:
         assert table_rows(remote.parent / "out" / sink) == table_rows(
             classic.parent / "out" / sink
         ), sink
-    changes = dd_etl(
-        connect_url, "changes", str(remote), "trips_by_borough", "--from", "1", "--to", "2",
-        "--format", "json",
-    )  # fmt: skip
-    assert changes.returncode == 0, changes.stderr[-3000:]
+    # the other commands, in one Connect client (a process each would start one)
+    p = str(remote)
+    said = commands(
+        connect_url,
+        ["read", p, "trips_by_borough", "--format", "json"],
+        ["changes", p, "trips_by_borough", "--from", "1", "--to", "2", "--format", "json"],
+        ["explain", p, "reachable_from_zone_1"],
+        ["restate", p, "zones"],
+        ["compact", p],
+        ["verify", p],
+        ["rebuild", p, "reachable_from_zone_1"],
+        ["run", p],
+        ["read", p, "reachable_from_zone_1", "--format", "json"],
+        ["status", p, "--json"],
+    )
+    read, changes, explain, restate, _, _, rebuilt, _, reach, status = said
+    by_borough = [r.asDict() for r in expected.runtime.read("trips_by_borough").collect()]
+    assert rounded(json.loads(read)) == rounded(by_borough)
     moved = [  # the command names each change's time its epoch
         {("_epoch" if k == "_time" else k): v for k, v in r.asDict().items()}
         for r in expected.runtime.changes("trips_by_borough", 1, 2).collect()
     ]
-    assert moved and rounded(json.loads(changes.stdout)) == rounded(moved)
-    verified = dd_etl(connect_url, "verify", str(remote))
-    assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
-    status = dd_etl(connect_url, "status", str(remote), "--json")
-    assert json.loads(status.stdout)["last_tick"]["epoch"] == 1
+    assert moved and rounded(json.loads(changes)) == rounded(moved)
+    assert "iterate" in explain.lower(), explain
+    assert "nothing to restate" in restate, restate
+    assert "rebuilt reachable_from_zone_1" in rebuilt, rebuilt
+    reachable = [r.asDict() for r in expected.runtime.read("reachable_from_zone_1").collect()]
+    assert rounded(json.loads(reach)) == rounded(reachable)
+    assert json.loads(status)["last_tick"]["epoch"] == 2  # the run after the rebuild
+
+
+COMMANDS_SCRIPT = textwrap.dedent(
+    """\
+    import json, sys
+
+    from typer.testing import CliRunner
+
+    from dd_etl.cli import app
+
+    said = []
+    for args in json.loads(sys.argv[1]):
+        result = CliRunner().invoke(app, args)
+        if result.exit_code != 0:
+            sys.exit(f"{args}: exit {result.exit_code}\\n{result.stdout}{result.stderr}")
+        said.append(result.stdout)
+    print(json.dumps(said))
+    """
+)
+
+
+def commands(url: str, *commands: list[str]) -> list[str]:
+    """The standard output of each ``dd-etl`` command, run one after another in one
+    process, a Spark Connect client of ``url``; each must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMMANDS_SCRIPT, json.dumps(commands)],
+        cwd=ROOT,
+        env=child_env(url),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return said
 
 
 DAGSTER_SCRIPT = textwrap.dedent(
@@ -184,29 +230,42 @@ DAGSTER_SCRIPT = textwrap.dedent(
     from pathlib import Path
 
     import dagster as dg
+    from deltalake import DeltaTable
 
     from dd_etl.dagster import SparkResource, pipeline_definitions
+    from tests.support.pipeline_fixtures import bag, change_data, oracle
 
     pipeline, url, epochs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    root = pipeline.parent
     defs = pipeline_definitions([pipeline], spark=SparkResource(remote=url))
     instance = dg.DagsterInstance.ephemeral()
-    out = {}
-    tick = defs.resolve_job_def("e2e_tick").execute_in_process(instance=instance)
-    out["tick"] = tick.success
-    out["checks"] = [e.passed for e in tick.get_asset_check_evaluations()]
-    out["jobs"] = [
-        m.metadata["run cost"].value["spark_jobs"]
-        for m in tick.asset_materializations_for_node("e2e_assets")
-        if "run cost" in m.metadata
-    ]
-    if epochs == 2:
-        audit = defs.resolve_job_def("e2e_audit").execute_in_process(instance=instance)
-        out["audit"] = [e.passed for e in audit.get_asset_check_evaluations()]
-        config = {"ops": {"e2e_rebuild_op": {"config": {"views": ["by_pc"]}}}}
-        rebuild = defs.resolve_job_def("e2e_rebuild").execute_in_process(
-            instance=instance, run_config=config
-        )
-        out["rebuild"] = rebuild.success
+
+    def by_pc():  # the materialized view, and what the oracle says it holds
+        rows = DeltaTable(str(root / "out" / "by_pc")).to_pyarrow_table().to_pylist()
+        return [sorted(bag(rows).elements()), sorted(oracle(root, "by_pc").elements())]
+
+    out = {"ticks": []}
+    for epoch in range(epochs):
+        change_data(root, epoch)
+        tick = defs.resolve_job_def("e2e_tick").execute_in_process(instance=instance)
+        out["ticks"].append({
+            "success": tick.success,
+            "checks": [e.passed for e in tick.get_asset_check_evaluations()],
+            "jobs": [
+                m.metadata["run cost"].value["spark_jobs"]
+                for m in tick.asset_materializations_for_node("e2e_assets")
+                if "run cost" in m.metadata
+            ],
+            "by_pc": by_pc(),
+        })
+    audit = defs.resolve_job_def("e2e_audit").execute_in_process(instance=instance)
+    out["audit"] = [e.passed for e in audit.get_asset_check_evaluations()]
+    config = {"ops": {"e2e_rebuild_op": {"config": {"views": ["by_pc"]}}}}
+    rebuild = defs.resolve_job_def("e2e_rebuild").execute_in_process(
+        instance=instance, run_config=config
+    )
+    out["rebuild"] = rebuild.success
+    out["by_pc"] = by_pc()
     print(json.dumps(out))
     """
 )
@@ -215,26 +274,28 @@ DAGSTER_SCRIPT = textwrap.dedent(
 @pytest.mark.spark
 @pytest.mark.slow
 def test_dagster_jobs_over_spark_connect(connect_url: str, tmp_path: Path) -> None:
+    """Three ticks (each with its checks), the audit and a rebuild, in one process
+    (a Connect client each would be started again)."""
     pipeline = write_pipeline(tmp_path, "connect_dagster", by_pc_sql=BY_PC_SQL)
     script = tmp_path / "dagster_over_connect.py"
     script.write_text(DAGSTER_SCRIPT)
-    for epoch in range(3):
-        change_data(tmp_path, epoch)
-        ran = subprocess.run(
-            [sys.executable, str(script), str(pipeline), connect_url, str(epoch)],
-            cwd=tmp_path,
-            env={**child_env(connect_url), "PYTHONPATH": str(tmp_path)},
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert ran.returncode == 0, ran.stderr[-3000:]
-        out = json.loads(ran.stdout.strip().splitlines()[-1])
-        assert out["tick"] and out["checks"] and all(out["checks"]), out
-        assert set(out["jobs"]) == {None}  # not reported over Connect, not guessed
-        rows = DeltaTable(str(tmp_path / "out" / "by_pc")).to_pyarrow_table().to_pylist()
-        assert bag(rows) == oracle(tmp_path, "by_pc"), epoch
+    ran = subprocess.run(
+        [sys.executable, str(script), str(pipeline), connect_url, "3"],
+        cwd=tmp_path,
+        env={**child_env(connect_url), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    out = json.loads(ran.stdout.strip().splitlines()[-1])
+    for epoch, tick in enumerate(out["ticks"]):
+        assert tick["success"] and tick["checks"] and all(tick["checks"]), (epoch, tick)
+        assert set(tick["jobs"]) == {None}, epoch  # not reported over Connect, not guessed
+        got, expected = tick["by_pc"]
+        assert got == expected, epoch
+    assert len(out["ticks"]) == 3
     assert out["audit"] and all(out["audit"]), out
     assert out["rebuild"], out
-    rows = DeltaTable(str(tmp_path / "out" / "by_pc")).to_pyarrow_table().to_pylist()
-    assert bag(rows) == oracle(tmp_path, "by_pc")
+    got, expected = out["by_pc"]
+    assert got == expected
