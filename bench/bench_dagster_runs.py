@@ -115,11 +115,8 @@ def plot(result: dict[str, Any], out: Path) -> None:
     ax.set_xticks(list(epochs), [f"epoch {e}" for e in epochs])
     ax.set_ylabel("seconds per Dagster run (process start to exit)")
     every = result.get("schedule_every")
-    scheduled = f", every {every:.0f} s on a server idle after {result['idle']:.0f} s"
-    ax.set_title(
-        f"Taxi demo as Dagster runs{scheduled if every else ''}, "
-        f"mean of {result['repeats']} sequences"
-    )
+    scheduled = f", every {every:.0f} s, server idle after {result['idle']:.0f} s" if every else ""
+    ax.set_title(f"Taxi demo as Dagster runs{scheduled}, mean of {result['repeats']} sequences")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out)
