@@ -94,6 +94,7 @@ class Server:
         os.chmod(self.files.socket, 0o600)
         self.listener.listen(16)
         self.listener.settimeout(ACCEPT_SECONDS)
+        self.state.last_active = time.monotonic()  # idle from when it first listens
         threading.Thread(target=self._accept, name="accept", daemon=True).start()
         _log(f"serving on {self.files.socket} (pid {os.getpid()})")
         while (command := self.pending.get()) is not None:
