@@ -6,7 +6,7 @@ in progress. Every change is a function from one state to the next; the Delta
 store commits each new state together with the file actions that realise it, so
 state and data can never disagree.
 
-Invariants kept by every transition:
+Invariants kept by every transition (invariants 1 to 3 of ARCHITECTURE.md):
 
 * batches are contiguous and cover ``[lower, upper)``;
 * ``upper`` and ``since`` only advance; reader holds only advance;
