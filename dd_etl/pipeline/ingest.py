@@ -5,7 +5,7 @@ position its last epoch covered (``sources/``) and appends them with the new
 position as trace meta, in one commit (a source added later first gets empty
 epochs). The changes of every source of a small interval's size are computed by
 one Spark job into the driver, which writes each source's batch, as a layer's
-batches are (``runtime/execution.py``); a larger source's are written by Spark,
+batches are (``trace/batch_writer.py``); a larger source's are written by Spark,
 sized for them. A source whose data Spark cannot take in fails naming the
 source: when the shared job fails, each source is taken in by itself, and a
 value that cannot be cast is named with its file, line and column.
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
 
 from dd_etl.errors import DdEtlError, HistoryLost, PipelineError, SourceError, first_line
 from dd_etl.lattice import Antichain
@@ -32,7 +31,9 @@ from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes, records_at_most
 from dd_etl.sources.base import Capture, encode_position, read_position
 from dd_etl.spark import full_compiler_for
 from dd_etl.spark_driver import driver_for
-from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
+from dd_etl.trace.batch_writer import Computed, TraceAppend, write_together
+from dd_etl.trace.delta_trace import PlannedBatch
+from dd_etl.trace.executor_writes import ExecutorBatch
 
 Locate = Callable[[], str | None]
 """Where in a source a value lies that cannot be cast (``Capture.locate``)."""
@@ -43,34 +44,26 @@ _FILE_GONE = ("FileNotFoundException", "FILE_NOT_EXIST", "DELTA_CHANGE_DATA_FILE
 
 @dataclass(frozen=True)
 class _Captured:
-    """A source's changes for the epoch, planned and not yet appended."""
+    """A source's changes for the epoch, planned and not yet appended: a write
+    (``batch_writer.Write``) whose failure names the source."""
 
     pipeline: str
     name: str
-    trace: DeltaTrace
-    updates: DataFrame
-    epoch: int
-    meta: dict[str, str]
+    append: TraceAppend
     summary: str
     sizing: Sizing
-    records: int | None
-    """How many records the changes hold, where Spark writes them (``source_records``)."""
     locate: Locate | None = None
     """Where a value of the changes that cannot be cast lies (``Capture.locate``)."""
 
-    def append(self, batch: CollectedBatch | None = None) -> None:
-        """Append the changes, as the driver holds them when ``batch`` is given."""
-        lower, upper = Antichain.from_epoch(self.epoch), Antichain.from_epoch(self.epoch + 1)
+    def to_collect(self) -> PlannedBatch | None:
+        return self.append.to_collect()
+
+    def to_write_on_executors(self) -> ExecutorBatch | None:
+        return self.append.to_write_on_executors()
+
+    def commit(self, computed: Computed | None) -> bool:
         with taken_in(self.pipeline, self.name, self.locate):
-            updates = self.updates if batch is None else batch
-            self.trace.compare_and_append(
-                updates,
-                lower,
-                upper,
-                self.meta,
-                at_most=self.records,
-                placement=self.sizing.placement,
-            )
+            return self.append.commit(computed)
 
 
 def ingest(
@@ -83,7 +76,9 @@ def ingest(
     profiler: Profiler,
 ) -> dict[str, str]:
     """Append the changes of the sources ``names`` as ``epoch``, each unless it
-    already has; what each took in, by source."""
+    already has; what each took in, by source. The changes of the small ones are
+    computed by one Spark job (per eight); when it fails, each source is taken
+    in by itself, and its error names it."""
     rt = pipeline.runtime
     said: dict[str, str] = {}
     small: list[_Captured] = []
@@ -93,20 +88,24 @@ def ingest(
             captured = _capture(pipeline, name, epoch, limit, captures.get(name))
             if isinstance(captured, str):
                 said[name] = captured  # taken in before
-            elif captured.sizing.driver_rows:
+            elif captured.sizing.placement.driver:
                 small.append(captured)
             else:
                 with rt.sized(captured.sizing):
-                    captured.append()
+                    captured.commit(None)
                 said[name] = captured.summary
         if name in said:
             progress(f"source:{name}", said[name])
     if small:
         with profiler.trace("ingest"), rt.sized(SMALL):
-            for captured, batch in zip(small, _collected(small), strict=True):
-                captured.append(batch)
-                said[captured.name] = captured.summary
-                progress(f"source:{captured.name}", captured.summary)
+            try:
+                write_together(small, SMALL.placement)
+            except _SPARK_ERRORS:
+                for captured in small:
+                    captured.commit(None)
+        for captured in small:
+            said[captured.name] = captured.summary
+            progress(f"source:{captured.name}", captured.summary)
     return said
 
 
@@ -139,30 +138,16 @@ def _capture(
         sizing = for_bytes(estimated)
         updates = rt.source_updates(name, changes, epoch)
         records = source_records(updates, sizing)
-    meta = encode_position(taken.position)
-    return _Captured(
-        str(pipeline.file),
-        name,
+    append = TraceAppend(
         trace,
         updates,
-        epoch,
-        meta,
-        taken.summary,
-        sizing,
-        records,
-        taken.locate,
+        Antichain.from_epoch(epoch),
+        Antichain.from_epoch(epoch + 1),
+        sizing.placement,
+        at_most=records,
+        meta=encode_position(taken.position),
     )
-
-
-def _collected(sources: Sequence[_Captured]) -> list[CollectedBatch | None]:
-    """The batches of ``sources`` computed into the driver (``collect_batches``: one
-    Spark job for up to eight; None for one of more than a file's worth, and for
-    all when a job fails: each source then takes its data in by itself, and its
-    error names it)."""
-    try:
-        return collect_batches([c.trace.batch_plan(c.updates) for c in sources])
-    except _SPARK_ERRORS:
-        return [None] * len(sources)
+    return _Captured(str(pipeline.file), name, append, taken.summary, sizing, taken.locate)
 
 
 @contextmanager

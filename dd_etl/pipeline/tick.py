@@ -35,9 +35,10 @@ from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import PlanChanged
 from dd_etl.runtime.sizing import SMALL, for_records
-from dd_etl.sinks.delta_table import EpochCommit, SinkWrite, commit_together
+from dd_etl.sinks.delta_table import EpochCommit, SinkWrite
 from dd_etl.sources.base import Capture
 from dd_etl.spark import command_movable
+from dd_etl.trace.batch_writer import write_together
 from dd_etl.trace.placement import Placement
 
 
@@ -177,12 +178,12 @@ def _commit(
     pipeline: Pipeline, views: list[str], epoch: int, progress: Progress, placement: Placement
 ) -> dict[str, SinkWrite | None]:
     """Commit ``epoch`` to the sinks of ``views``, read as ``placement`` says; in the
-    driver's, their rows computed by one Spark job (``commit_together``)."""
+    driver's, their rows computed by one Spark job (``write_together``)."""
     planned = {v: _sinks(pipeline, v, epoch, placement) for v in views}
     for view in (v for v, sinks in planned.items() if sinks):
         progress(f"sink:{view}", "", 0.0)
     commits = [c for sinks in planned.values() for _, c in sinks if c is not None]
-    done = commit_together(commits) if placement.driver else [c.commit() for c in commits]
+    done = write_together(commits, placement)
     wrote = iter(done)
     writes: dict[str, SinkWrite | None] = {}
     for view, sinks in planned.items():

@@ -12,13 +12,11 @@
    on the executors, a large one joins whole inputs there; a layer of traces
    that read few records runs small (``Interval.layer_sizing``);
 4. bring the traces up to date layer by layer, the traces of a layer side by
-   side (``Interval``): each plans its batch for ``[its upper, upper)``; one Spark
-   job (per eight traces) computes the layer's batches into the driver
-   (``collect_batches``), or, on the executors, computes and writes them
-   (``write_each``; in a large interval those the trace logs bound, a larger
-   batch a job of its own); each trace
-   appends with its own compare-and-append, then reads the interval back from
-   the committed files;
+   side (``Interval``): each plans its batch for ``[its upper, upper)``; the
+   batch writer (``trace/batch_writer.py``) computes the layer's batches in
+   shared Spark jobs as the layer's placement says, into the driver or written
+   on the executors; each trace appends with its own compare-and-append, then
+   reads the interval back from the committed files;
 5. move the runtime's holds on the traces no append of this run committed to
    ``upper - 1`` (the sources, mostly): an append moved the others' holds to
    ``lower - 1`` in its own commit, and the next run's append moves them on.
@@ -38,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,7 +46,7 @@ from pyspark.sql.types import StructType
 
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
-from dd_etl.failpoints import failpoint
+from dd_etl.errors import InvariantViolation
 from dd_etl.lattice import Antichain
 from dd_etl.local_relations import local_relation
 from dd_etl.operators import extremes, running
@@ -66,33 +64,26 @@ from dd_etl.plan.graph import (
     distinct_updates,
     keyed_by,
     keyed_leaves,
+    layers,
     traces_read,
+    upstream,
 )
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import Profiler, RunProfile
+from dd_etl.runtime.catalog import RunTarget
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.full_refresh import full_changes
 from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
-from dd_etl.runtime.sizing import Sizing, for_records
+from dd_etl.runtime.sizing import Sizing, applied, for_records
 from dd_etl.spark import full_compiler_for
 from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
-from dd_etl.trace.batch import WrittenBatch
+from dd_etl.trace.batch_writer import TraceAppend, write_together
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
-from dd_etl.trace.delta_trace import (
-    SMALL_BATCH_BYTES,
-    CollectedBatch,
-    DeltaTrace,
-    PlannedBatch,
-    collect_batches,
-)
-from dd_etl.trace.executor_writes import ExecutorBatch, write_each
+from dd_etl.trace.delta_trace import SMALL_BATCH_BYTES, DeltaTrace
 from dd_etl.trace.spark_files import ONE_TASK_RECORDS
-
-if TYPE_CHECKING:
-    from dd_etl.runtime.runner import Runtime
 
 PARALLEL_TRACES = 4
 """Traces written concurrently within one layer of the dataflow."""
@@ -116,14 +107,14 @@ class RunReport:
 
 
 def execute(
-    rt: Runtime,
+    rt: RunTarget,
     on_trace: Callable[[n.Node], None] | None = None,
     views: Sequence[str] | None = None,
     refresh: Mapping[str, RefreshChoice] | None = None,
 ) -> RunReport:
     """Bring ``views`` (default: all) of ``rt`` up to date, profiled as part of the
     caller's profile when one is active (a pipeline tick, which adds its sinks)."""
-    profiler = Profiler.current() or Profiler(rt.spark)
+    profiler = Profiler.current() or Profiler(rt.flow.spark)
     with profiler.active():
         report = _execute(rt, profiler, on_trace, views, refresh)
     report.profile = profiler.result()
@@ -131,7 +122,7 @@ def execute(
 
 
 def _execute(
-    rt: Runtime,
+    rt: RunTarget,
     profiler: Profiler,
     on_trace: Callable[[n.Node], None] | None,
     views: Sequence[str] | None,
@@ -154,10 +145,10 @@ def _execute(
     full_compiler_for(records)
     rt.discard_unmaintained(full)
     state = sum(rt.trace(x).state.records for x in rt.stateful_nodes(chosen, unmaintained))
-    sizing = for_records(records, state, driver_for(rt.spark).default_parallelism())
+    sizing = for_records(records, state, driver_for(rt.flow.spark).default_parallelism())
     profiler.sizing = sizing.name
     interval = Interval(rt, lower, upper, sizing, full)
-    with rt.sized(sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
+    with applied(rt.flow.spark, sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
         # 4. layer by layer. Traces of one depth depend only on shallower ones: plan
         # them side by side; in a small interval one Spark job (per eight) computes
         # their batches, else each is its own job and Spark overlaps them.
@@ -165,10 +156,11 @@ def _execute(
             with profiler.trace(_label(node)):
                 rt.release(node, upper)
 
-        for depth, layer in enumerate(rt.layers(chosen, unmaintained)):
+        for depth, layer in enumerate(layers(rt.stateful_nodes(chosen, unmaintained))):
             layer_sizing = interval.layer_sizing(layer)
             profiler.layers.append(layer_sizing.name)
-            with rt.sized(layer_sizing) if layer_sizing is not sizing else nullcontext():
+            sized = layer_sizing is sizing
+            with nullcontext() if sized else applied(rt.flow.spark, layer_sizing):
                 _bring_layer(interval.sized(layer_sizing), layer, depth, pool, profiler, on_trace)
         # 5. holds released where no append of this run moved them: history before
         # upper - 1 may be compacted
@@ -191,24 +183,13 @@ def _bring_layer(
     profiler: Profiler,
     on_trace: Callable[[n.Node], None] | None,
 ) -> None:
-    """Bring the traces of one layer up to date, side by side, as the layer's
-    sizing says: in the driver's placement, one Spark job (per eight traces)
-    computes their batches into the driver, which writes them; else one Spark job
-    computes and writes their batches on the executors (``executor_writes``), each
-    in as many slices as ``Interval.slices_log2`` says, or alone, in a job of its
-    own, where that says so."""
+    """Bring the traces of one layer up to date, side by side: their batches
+    planned, written together as the layer's sizing places them
+    (``batch_writer``), then each trace read back."""
 
     def plan(node: n.Node) -> Append | None:
         with profiler.trace(_label(node)):
-            planned = interval.plan(node)
-            if planned is None or not interval.sizing.driver_rows:
-                return planned
-            # the batch as stored planned here too: side by side, not in turn
-            return planned.to_collect()
-
-    def append(planned: tuple[Append, CollectedBatch | WrittenBatch | None]) -> None:
-        with profiler.trace(_label(planned[0].node)):
-            interval.append(*planned)
+            return interval.plan(node)
 
     def bring(node: n.Node) -> None:
         with profiler.trace(_label(node)):
@@ -217,28 +198,21 @@ def _bring_layer(
             on_trace(node)
 
     appends = [a for a in pool.map(plan, layer) if a is not None]
-    batches: list[CollectedBatch | WrittenBatch | None] = [None] * len(appends)
-    if interval.sizing.driver_rows:
-        if any(a.changes is not None for a in appends):
-            with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                batches = list(collect_batches([a.stored for a in appends]))
-            failpoint("layer.collected")
-    else:
-        sliced = [(i, interval.slices_log2(a)) for i, a in enumerate(appends)]
-        together = [(i, s) for i, s in sliced if s is not None]
-        if together:
-            planned = [appends[i].executor_batch(s) for i, s in together]
-            with profiler.trace(f"{LAYER_LABEL}/{depth}"):
-                written = write_each(planned)
-            failpoint("layer.written")
-            for (i, _), batch in zip(together, written, strict=True):
-                batches[i] = batch
-    list(pool.map(append, zip(appends, batches, strict=True)))
+    placement = interval.sizing.placement
+    appended = write_together(
+        [a.write for a in appends],
+        placement,
+        pool,
+        job_label=f"{LAYER_LABEL}/{depth}",
+        after_job="layer.collected" if placement.driver else "layer.written",
+    )
+    for planned, done in zip(appends, appended, strict=True):
+        interval.appended(planned, done)
     list(pool.map(bring, layer))
 
 
 def records_read(
-    rt: Runtime,
+    rt: RunTarget,
     views: Sequence[str],
     unmaintained: Collection[str],
     full: Collection[str],
@@ -250,7 +224,7 @@ def records_read(
     nodes = rt.stateful_nodes(views, unmaintained)
     records = sum(rt.trace(x).state.records_from(start) for x in nodes if isinstance(x, n.Source))
     for view in full:
-        for source in (x for x in rt.upstream_of(view) if isinstance(x, n.Source)):
+        for source in (x for x in upstream([rt.view(view)]) if isinstance(x, n.Source)):
             records += rt.trace(source).state.records
     return records
 
@@ -265,27 +239,10 @@ LAYER_LABEL = "layers"
 
 @dataclass(frozen=True)
 class Append:
-    """A trace's batch for ``[lower, upper)``, planned and not yet written."""
+    """A node's batch for the interval, planned and not yet written."""
 
     node: n.Node
-    trace: DeltaTrace
-    lower: Antichain
-    upper: Antichain
-    changes: DataFrame | None  # None: surely empty, its inputs have no changes
-    stored: PlannedBatch | None = None  # the changes as the trace stores a batch, to collect
-    distinct: bool = False  # no two changes share data and time (``distinct_updates``)
-
-    def to_collect(self) -> Append:
-        """This append with its batch planned as one file, for ``collect_batches``."""
-        if self.changes is None:
-            return self
-        return replace(self, stored=self.trace.batch_plan(self.changes, self.distinct))
-
-    def executor_batch(self, slices_log2: int) -> ExecutorBatch:
-        """This append's batch planned for the executors to write (``write_each``) in
-        ``2 ** slices_log2`` slices."""
-        assert self.changes is not None
-        return self.trace.executor_batch(self.changes, self.distinct, slices_log2)
+    write: TraceAppend
 
 
 @dataclass
@@ -307,7 +264,7 @@ class Interval:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RunTarget,
         lower: int,
         upper: int,
         sizing: Sizing,
@@ -375,7 +332,11 @@ class Interval:
 
     def plan(self, node: n.Node) -> Append | None:
         """The batch ``node``'s trace appends for the interval, planned; None when
-        there is none to append (a source, or a trace that already holds it)."""
+        there is none to append (a source, or a trace that already holds it).
+
+        Its commit also moves the runtime's holds to ``lower - 1``, where the last
+        run left history readable: what its own end would have released with a
+        commit of its own. This run reads the trace as of ``lower - 1`` from there on."""
         if node.trace_name is None:
             return None
         trace = self.rt.trace(node)
@@ -383,26 +344,40 @@ class Interval:
         compute = self._changes(node, start)
         if compute is None or start >= self.upper:
             return None
-        lower, upper = Antichain.from_epoch(start), Antichain.from_epoch(self.upper)
+        append = partial(
+            TraceAppend,
+            trace,
+            lower=Antichain.from_epoch(start),
+            upper=Antichain.from_epoch(self.upper),
+            placement=self.sizing.placement,
+            holds=self.rt.released(node, self.lower - 1) if self.lower > 0 else None,
+            label=_label(node),
+        )
         if self._unchanged_inputs(node):
-            return Append(node, trace, lower, upper, None)
+            # nothing in, nothing out: an empty batch, committed without a Spark job
+            return Append(node, append(self.rt.flow.empty_updates(node.schema), at_most=0))
         changes = compute()
         if start > self.lower:  # ahead of the run: an earlier one crashed after it
             changes = changes.where(f"{quote(TIME)} >= {start}")
-        distinct = not self._recomputed(node) and distinct_updates(node)
-        return Append(node, trace, lower, upper, changes, distinct=distinct)
+        bound = self._batch_bound(node)
+        return Append(
+            node,
+            append(
+                changes,
+                at_most=bound,
+                distinct=not self._recomputed(node) and distinct_updates(node),
+                slices_log2=None if self.driver_rows else self._slices_log2(changes, bound),
+            ),
+        )
 
-    def slices_log2(self, planned: Append) -> int | None:
-        """How ``planned``'s batch is written with its layer's others, in one Spark
-        job: in ``2 ** n`` slices of its key hashes, each by a task. One slice when
-        the trace logs bound it by ``ONE_TASK_RECORDS``, or Spark estimates its plan
+    def _slices_log2(self, changes: DataFrame, bound: int | None) -> int | None:
+        """How a batch of ``changes`` (of at most ``bound`` records, if known) is
+        written with its layer's others, in one Spark job on the executors: in
+        ``2 ** n`` slices of its key hashes, each by a task. One slice when the
+        trace logs bound it by ``ONE_TASK_RECORDS``, or Spark estimates its plan
         small; else as many as the sizing's ``write_tasks`` and the bound call for.
         None: it is written alone, by as many tasks as a count of it calls for."""
-        if planned.changes is None:
-            return None
-        bound = self._batch_bound(planned.node)
         if bound is None:
-            changes = planned.changes
             small = driver_for(changes.sparkSession).estimated_bytes(changes) <= SMALL_BATCH_BYTES
         else:
             small = bound <= ONE_TASK_RECORDS
@@ -415,50 +390,31 @@ class Interval:
             tasks = max(tasks, -(-bound // ONE_TASK_RECORDS))
         return (tasks - 1).bit_length()
 
-    def append(self, planned: Append, batch: CollectedBatch | WrittenBatch | None = None) -> None:
-        """Append a planned batch: computed into the driver already, or written
-        already (``batch``), or computed and written now.
-
-        The commit also moves the runtime's holds to ``lower - 1``, where the last
-        run left history readable: what its own end would have released with a
-        commit of its own. This run reads the trace as of ``lower - 1`` from here on."""
-        node, trace, lower, upper = planned.node, planned.trace, planned.lower, planned.upper
-        holds = self.rt.released(node, self.lower - 1) if self.lower > 0 else None
-        if planned.changes is None:
-            # nothing in, nothing out: an empty batch, committed without a Spark job
-            empty = self.rt.flow.empty_updates(node.schema)
-            appended = trace.compare_and_append(empty, lower, upper, at_most=0, holds=holds)
-        elif isinstance(batch, WrittenBatch):
-            appended = trace.append_written(batch, lower, upper, holds=holds)
-        elif batch is not None:
-            appended = trace.compare_and_append(batch, lower, upper, holds=holds)
-        else:
-            bound = self._batch_bound(node)
-            appended = trace.compare_and_append(
-                planned.changes,
-                lower,
-                upper,
-                at_most=bound,
-                holds=holds,
-                distinct=planned.distinct,
-                placement=self.sizing.placement,
-            )
-        if appended and holds is not None:
-            self.done.released.add(node.id)
-        if appended:
-            # the new batch, unless back-pressure already merged it away
-            self.done.written[node.id] = sum(
-                b.records
-                for b in trace.state.batches
-                if b.description.lower == lower and b.description.upper == upper
-            )
+    def appended(self, planned: Append, appended: bool) -> None:
+        """Record what ``planned``'s commit did: the holds it moved, the records of
+        the batch it appended."""
+        if not appended:
+            return
+        write = planned.write
+        if write.holds is not None:
+            self.done.released.add(planned.node.id)
+        # the new batch, unless back-pressure already merged it away
+        self.done.written[planned.node.id] = sum(
+            b.records
+            for b in write.trace.state.batches
+            if b.description.lower == write.lower and b.description.upper == write.upper
+        )
 
     def _from_trace(self, node: n.Node) -> DataFrame:
-        planned = self.plan(node)
-        if planned is not None:
-            self.append(planned)
-        # only files that can hold the interval's times: the batches this run appended
+        """The node's changes in the interval, read back from the batches its layer
+        appended: a run appends where it commits a layer, never inside a read."""
         trace = self.rt.trace(node)
+        if epoch_of(trace.state.upper) < self.upper:
+            raise InvariantViolation(
+                "a run reads a trace only once it holds the run's interval",
+                f"trace {trace.name} is at {trace.state.upper}, the run reads up to {self.upper}",
+            )
+        # only files that can hold the interval's times: the batches this run appended
         df = trace.updates(
             at=(self.upper - 1,), since=(self.lower,), placement=self.sizing.placement
         )
@@ -479,7 +435,7 @@ class Interval:
         or an operator whose inputs all have none."""
         if node.id not in self.done.unchanged:
             if node.trace_name is not None:
-                self.delta(node)  # computed and appended first, as a user would see it
+                self.delta(node)  # its layer appended it: read it as a user would
                 held = self.rt.trace(node).state.records_from(Antichain.from_epoch(self.lower))
                 self.done.unchanged[node.id] = held == 0
             elif isinstance(node, n.Constant):
@@ -696,7 +652,7 @@ class Interval:
         key_schema = StructType([node.schema[k] for k in node.key])
         keys = hit.select(list(node.key)).cast(arrow_schema(key_schema))
         hashes = sorted(hit.column(KEY_HASH).to_pylist())
-        return local_relation(self.rt.spark, keys, key_schema), hashes
+        return local_relation(self.rt.flow.spark, keys, key_schema), hashes
 
     def _kept_extremes(self, node: n.Reduce, probes: Sequence[n.Node]) -> DataFrame | None:
         """The changes of a MIN/MAX reduction with the history read only for the keys

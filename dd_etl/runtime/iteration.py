@@ -58,13 +58,14 @@ from dd_etl.operators.keys import KeySet
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.loops import body_of, histories_read, inner_traces, loop_nest
-from dd_etl.profiling import SPARK, phase, traced
+from dd_etl.profiling import SPARK, phase
 from dd_etl.runtime.linear_rules import apply_linear
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.trace import driver_merge
 from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS, collect_each
+from dd_etl.trace.batch_writer import TraceAppend, write_together
 from dd_etl.trace.columns import DIFF, TIME
-from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, collect_batches
+from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.placement import BULK, Placement
 
 if TYPE_CHECKING:
@@ -164,32 +165,22 @@ class LoopRun:
         leave = self._scope(self.loop, st, (), st.entering)
 
         traces = [self.traces.loop_trace(self.loop, x) for x in self.traced]
-        updates = [st.staged(x).withColumn(TIME, F.lit(e).cast("long")) for x in self.traced]
-        counts = [st.counted.staged_in_all(_home(x).id) for x in self.traced]
-        # In a small interval, one Spark job computes every trace's batch.
-        batches: list[CollectedBatch | None] = [None] * len(traces)
-        if self.driver_rows:
-            batches = collect_batches(
-                [
-                    trace.batch_plan(df) if count else None
-                    for trace, df, count in zip(traces, updates, counts, strict=True)
-                ]
+        zeros = [(0,) * (trace.state.dims - 1) for trace in traces]
+        appends = [
+            TraceAppend(
+                trace,
+                st.staged(x).withColumn(TIME, F.lit(e).cast("long")),
+                Antichain.of((e, *z)),
+                Antichain.of((e + 1, *z)),
+                self.placement,
+                at_most=st.counted.staged_in_all(_home(x).id),
+                label=trace.name,
             )
-
-        def append(i: int) -> bool:
-            trace, batch = traces[i], batches[i]
-            zeros = (0,) * (trace.state.dims - 1)
-            with traced(trace.name):
-                return trace.compare_and_append(
-                    updates[i] if batch is None else batch,
-                    Antichain.of((e, *zeros)),
-                    Antichain.of((e + 1, *zeros)),
-                    at_most=counts[i],
-                    placement=self.placement,
-                )
-
+            for x, trace, z in zip(self.traced, traces, zeros, strict=True)
+        ]
+        # separate traces: computed together, committed side by side
         with ThreadPoolExecutor(max_workers=len(traces) or 1) as pool:
-            list(pool.map(append, range(len(traces))))  # separate traces: commit side by side
+            write_together(appends, self.placement, pool)
         failpoint("loop.epoch_appended")
         return linear.consolidate(leave.withColumn(TIME, F.lit(e).cast("long")))
 
@@ -212,7 +203,7 @@ class LoopRun:
             last = iterations(depth)[-1]
             withdrawn = linear.negate(entered.withColumn(last, F.lit(1).cast("long")))
             st.stage(loop.variable, entered.unionByName(withdrawn))
-            work = work.plus(("staged", loop.variable.id, 0), initial)
+            work = work.plus((_STAGED, loop.variable.id, 0), initial)
         k = min(work.iterations(), default=None)
         while k is not None:
             if k > loop.limit:
@@ -328,6 +319,12 @@ class LoopRun:
         raise PlanError(f"iterate: no loop rule for operator {type(node).__name__}")
 
 
+_STAGED, _DUE, _ENTERING = "staged", "due", "entering"
+"""What an epoch holds per node: its staged updates, the keys a reduction must
+evaluate again at later iterations (key, iterations), the changes entering the
+loop from outside."""
+
+
 @dataclass(frozen=True)
 class _Work:
     """A loop's pending work at one prefix (the iterations of the loops around
@@ -343,28 +340,38 @@ class _Work:
         return _Work({**self.rows, row: self.rows.get(row, 0) + count})
 
     def updates(self, i: int) -> int:
-        return sum(c for (kind, _, j), c in self.rows.items() if j == i and kind != "due")
+        return sum(c for (kind, _, j), c in self.rows.items() if j == i and kind != _DUE)
 
     def staged(self, node_id: str, i: int) -> int:
-        return self.rows.get(("staged", node_id, i), 0)
+        return self.rows.get((_STAGED, node_id, i), 0)
 
     def staged_in_all(self, node_id: str) -> int:
         """The node's staged updates at every iteration: what its trace appends."""
-        return sum(c for (kind, x, _), c in self.rows.items() if kind == "staged" and x == node_id)
+        return sum(c for (kind, x, _), c in self.rows.items() if kind == _STAGED and x == node_id)
 
     def due(self, node_id: str, i: int) -> int:
-        return self.rows.get(("due", node_id, i), 0)
+        return self.rows.get((_DUE, node_id, i), 0)
 
     def entering(self, node_id: str) -> int:
-        return self.rows.get(("entering", node_id, 0), 0)
+        return self.rows.get((_ENTERING, node_id, 0), 0)
 
     def busy(self, nest: Collection[str], i: int) -> bool:
         """Whether anything of ``nest`` (node ids) is staged or due at iteration ``i``."""
-        return any(j == i and x in nest for kind, x, j in self.rows if kind != "entering")
+        return any(j == i and x in nest for kind, x, j in self.rows if kind != _ENTERING)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """Updates computed once, their lineage cut: Spark's ``frame`` of them, and,
+    where the driver holds them, its ``rows`` of the same updates, a cache the
+    driver sums, filters and counts with no Spark job."""
+
+    frame: DataFrame
+    rows: pa.Table | None = None
 
 
 class _EpochState:
-    """The updates of one epoch of a loop nest so far, per stateful node,
+    """The updates of one epoch of a loop nest so far, per stateful node and kind,
     computed after every change so no round's plan grows with the rounds before
     it (``_hold``: into the driver in a small interval, else checkpointed); what
     follows from rows the driver holds already (the result fed back to the
@@ -375,10 +382,7 @@ class _EpochState:
     def __init__(self, run: LoopRun, epoch: int) -> None:
         self.run = run
         self.epoch = epoch
-        self._staged: dict[str, DataFrame] = {}
-        self._due: dict[str, DataFrame] = {}  # reductions: (key, iterations to evaluate at)
-        self._entering: dict[str, DataFrame] = {}
-        self._rows: dict[tuple[str, str], pa.Table] = {}  # the driver's rows of those three
+        self._held: dict[tuple[str, str], _Held] = {}  # by kind and node id
         self._history: dict[str, DataFrame | None] = {}
         self.counted = _Work({})  # the top loop's last count of its work
 
@@ -393,21 +397,22 @@ class _EpochState:
         them (``_keep``), the frames' equal rows as one when ``summed``; rows the
         driver holds then count the loop's work with no job of its own (``work``)."""
         histories = histories or {}
-        held = {"staged": self._staged, "due": self._due, "entering": self._entering}
         wanted = [*frames.values(), *histories.values()]
         kept = self._keep(wanted, [summed] * len(frames) + [False] * len(histories))
-        for (kind, node), (df, rows) in zip(frames, kept[: len(frames)], strict=True):
-            held[kind][node] = df
-            if rows is None:
-                self._rows.pop((kind, node), None)
-            else:
-                self._rows[kind, node] = rows
-        for node, (df, _) in zip(histories, kept[len(frames) :], strict=True):
-            self._history[node] = df
+        self._held |= zip(frames, kept[: len(frames)], strict=True)
+        for node, held in zip(histories, kept[len(frames) :], strict=True):
+            self._history[node] = held.frame
 
-    def _keep(
-        self, frames: Sequence[DataFrame], summed: Sequence[bool]
-    ) -> list[tuple[DataFrame, pa.Table | None]]:
+    def _frame(self, kind: str, node_id: str) -> DataFrame | None:
+        held = self._held.get((kind, node_id))
+        return None if held is None else held.frame
+
+    def _rows(self, kind: str, node_id: str) -> pa.Table | None:
+        """The driver's rows of what is held, where it holds them."""
+        held = self._held.get((kind, node_id))
+        return None if held is None else held.rows
+
+    def _keep(self, frames: Sequence[DataFrame], summed: Sequence[bool]) -> list[_Held]:
         """``frames`` computed now, their lineage cut, each with its equal rows as
         one where ``summed`` says (``_as_one``). In a small interval one Spark job
         brings them all into the driver, as local relations (returned with their
@@ -429,14 +434,14 @@ class _EpochState:
                 tables = collect_each(
                     [df.coalesce(1) for df in planned], [DRIVER_KEPT_RECORDS] * len(frames)
                 )
-        kept: list[tuple[DataFrame, pa.Table | None]] = []
+        kept: list[_Held] = []
         for df, driver, table in zip(planned, by_driver, tables, strict=True):
             if table is None:
-                kept.append((_computed(_as_one(df) if driver else df), None))
+                kept.append(_Held(_computed(_as_one(df) if driver else df)))
             else:
                 rows = table.cast(arrow_schema(df.schema))
                 rows = driver_merge.summed(rows) if driver else rows
-                kept.append((local_relation(df.sparkSession, rows, df.schema), rows))
+                kept.append(_Held(local_relation(df.sparkSession, rows, df.schema), rows))
         return kept
 
     def begin(self, inputs: Sequence[n.Node], histories: Sequence[n.Node]) -> None:
@@ -446,11 +451,11 @@ class _EpochState:
 
     def _entering_frames(self, nodes: Sequence[n.Node]) -> dict[tuple[str, str], DataFrame]:
         return {
-            ("entering", x.id): self.run.outer(x)
+            (_ENTERING, x.id): self.run.outer(x)
             .where(F.col(TIME) == self.epoch)
             .select(*x.columns, DIFF)
             for x in nodes
-            if x.id not in self._entering
+            if (_ENTERING, x.id) not in self._held
         }
 
     def depth(self, node: n.Node) -> int:
@@ -462,10 +467,10 @@ class _EpochState:
     def entering(self, node: n.Node) -> DataFrame:
         """A collection's changes at this epoch, from outside the loop."""
         self._hold(self._entering_frames([node]))
-        return self._entering[node.id]
+        return self._held[_ENTERING, node.id].frame
 
     def staged(self, node: n.Node) -> DataFrame:
-        staged = self._staged.get(_home(node).id)
+        staged = self._frame(_STAGED, _home(node).id)
         return self.nothing(node, self.depth(node)) if staged is None else staged
 
     def stage(
@@ -485,12 +490,12 @@ class _EpochState:
         both = self.staged(node).unionByName(updates.select(*cols))
         if rows is not None and scheduled is None and self._stage_held(node, both, rows):
             return
-        frames = {("staged", node.id): both}
+        frames = {(_STAGED, node.id): both}
         if scheduled is not None:
             times, t = scheduled
-            previous = self._due.get(node.id)
+            previous = self._frame(_DUE, node.id)
             kept = times if previous is None else previous.where(later(t)).unionByName(times)
-            frames["due", node.id] = kept
+            frames[_DUE, node.id] = kept
         self._hold(frames, summed=True)
 
     def _stage_held(self, node: n.Node, both: DataFrame, rows: pa.Table) -> bool:
@@ -498,15 +503,15 @@ class _EpochState:
         driver holds, summed by the driver with no Spark job, if it holds the
         staging's rows too; whether it could."""
         schema = arrow_schema(both.schema)
-        held = self._rows.get(("staged", node.id))
-        if (node.id in self._staged and held is None) or not driver_merge.groupable(schema):
+        held = self._held.get((_STAGED, node.id))
+        if (held is not None and held.rows is None) or not driver_merge.groupable(schema):
             return False
-        parts = [rows] if held is None else [held, rows]
+        parts = [rows] if held is None or held.rows is None else [held.rows, rows]
         summed = driver_merge.summed(
             pa.concat_tables([p.select(both.columns).cast(schema) for p in parts])
         )
-        self._staged[node.id] = local_relation(both.sparkSession, summed, both.schema)
-        self._rows["staged", node.id] = summed
+        frame = local_relation(both.sparkSession, summed, both.schema)
+        self._held[_STAGED, node.id] = _Held(frame, summed)
         return True
 
     def at(self, node: n.Node, t: LoopTime) -> DataFrame:
@@ -514,7 +519,7 @@ class _EpochState:
 
     def rows_at(self, node: n.Node, t: LoopTime) -> pa.Table | None:
         """``at(node, t)``'s rows, if the driver holds the node's staging."""
-        table = self._rows.get(("staged", _home(node).id))
+        table = self._rows(_STAGED, _home(node).id)
         return None if table is None else _rows_at(table, t)
 
     def leaving(self, variable: n.Variable, prefix: LoopTime) -> DataFrame:
@@ -524,7 +529,7 @@ class _EpochState:
         return linear.consolidate(self.staged(variable).where(at(prefix)).drop(last))
 
     def due(self, node: n.Reduce, t: LoopTime) -> DataFrame:
-        due = self._due.get(node.id)
+        due = self._frame(_DUE, node.id)
         if due is None:
             return self.nothing(node, 0).select(*node.key)
         return due.where(at(t)).select(*node.key)
@@ -613,12 +618,11 @@ class _EpochState:
             return df.select(F.lit(kind).alias("kind"), F.lit(key).alias("node"), i.alias("i"))
 
         parts = [
-            tagged(kind, x, df.where(at(prefix)), i)
-            for kind, held in (("staged", self._staged), ("due", self._due))
-            for x, df in held.items()
-            if x in nest
+            tagged(kind, x, held.frame.where(at(prefix)), i)
+            for (kind, x), held in self._held.items()
+            if kind != _ENTERING and x in nest
         ]
-        parts += [tagged("entering", x, df, F.lit(0)) for x, df in entering.items()]
+        parts += [tagged(_ENTERING, x, df, F.lit(0)) for x, df in entering.items()]
         if not parts:
             return _Work({})
         union = functools.reduce(DataFrame.unionByName, parts)
@@ -632,18 +636,18 @@ class _EpochState:
         """``work`` counted from the rows the driver holds, or None when some of
         them are Spark's (or are not the epoch's entering changes held here)."""
         rows: dict[tuple[str, str, int], int] = {}
-        for kind, held in (("staged", self._staged), ("due", self._due)):
-            for x in (x for x in held if x in nest):
-                table = self._rows.get((kind, x))
-                if table is None:
-                    return None
-                rows |= {(kind, x, i): c for i, c in _per_iteration(table, prefix).items()}
+        for (kind, x), held in self._held.items():
+            if kind == _ENTERING or x not in nest:
+                continue
+            if held.rows is None:
+                return None
+            rows |= {(kind, x, i): c for i, c in _per_iteration(held.rows, prefix).items()}
         for x, df in entering.items():
-            table = self._rows.get(("entering", x))
-            if table is None or df is not self._entering.get(x):
+            table = self._rows(_ENTERING, x)
+            if table is None or df is not self._frame(_ENTERING, x):
                 return None
             if table.num_rows:
-                rows["entering", x, 0] = table.num_rows
+                rows[_ENTERING, x, 0] = table.num_rows
         return _Work(rows)
 
 

@@ -7,9 +7,10 @@ is in already, so a re-run never writes an epoch twice.
 Here delta-rs commits: the epoch's parquet files go into a fresh directory per
 attempt, so a crashed attempt's files are never referenced. Spark writes the
 files, or the driver writes rows Spark computed into its hands (``SinkCommit``):
-one Spark job then computes the rows of every small sink of a tick, as for a
-layer's batches. A materialized table that needs deletion vectors is Spark's
-from then on (``spark_commit.py``, ``SinkLog.spark_owned``).
+one Spark job then computes the rows of every small sink of a tick, as the
+batch writer computes a layer's batches (``trace/batch_writer.py``). A
+materialized table that needs deletion vectors is Spark's from then on
+(``spark_commit.py``, ``SinkLog.spark_owned``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,8 +34,10 @@ from pyspark.sql.types import StructType
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import SinkError
 from dd_etl.failpoints import failpoint
-from dd_etl.profiling import SPARK, count_bytes, phase
-from dd_etl.trace.arrow_files import collect_each, write_files
+from dd_etl.profiling import count_bytes
+from dd_etl.trace.arrow_files import write_files
+from dd_etl.trace.batch_writer import Computed, Write
+from dd_etl.trace.delta_trace import CollectedBatch, PlannedBatch
 from dd_etl.trace.spark_files import ROWS_PER_FILE
 
 EPOCH_META = "dd_etl.epoch"
@@ -295,7 +298,9 @@ def commit_meta(info: Mapping[str, Any]) -> dict[str, str]:
 @dataclass(frozen=True)
 class SinkCommit:
     """A sink's commit of an epoch, planned: the rows it adds (None: none, the
-    commit only records the epoch) and whether they replace the table's."""
+    commit only records the epoch) and whether they replace the table's. Its
+    rows are written by the driver where a shared Spark job computes them into
+    its hands (``batch_writer``), else by Spark."""
 
     table: SinkTable
     epoch: int
@@ -303,37 +308,22 @@ class SinkCommit:
     replace: bool
     meta: dict[str, str]
 
-    def commit(self, collected: pa.Table | None = None) -> SinkWrite | None:
-        """Commit the epoch, its rows as the driver ``collected`` them when given,
-        else written by Spark; None if the epoch was committed before."""
+    def to_collect(self) -> PlannedBatch | None:
+        return None if self.rows is None else PlannedBatch.as_they_are(self.rows, ROWS_PER_FILE)
+
+    def to_write_on_executors(self) -> None:
+        return None
+
+    def commit(self, computed: Computed | None = None) -> SinkWrite | None:
+        """Commit the epoch, its rows as the driver collected them when given, else
+        written by Spark; None if the epoch was committed before."""
         rows: DataFrame | pa.Table | None = self.rows
-        if collected is not None:
+        if isinstance(computed, CollectedBatch):
             schema = self.table.schema
-            rows = collected if schema is None else collected.cast(arrow_schema(schema))
+            rows = computed.rows if schema is None else computed.rows.cast(arrow_schema(schema))
         return self.table.commit(self.epoch, rows, self.replace, self.meta)
 
 
-class EpochCommit(Protocol):
-    """A sink's commit of an epoch, planned: ``commit`` makes it (None: the epoch
-    was committed before)."""
-
-    def commit(self) -> SinkWrite | None: ...
-
-
-def commit_together(commits: Sequence[EpochCommit]) -> list[SinkWrite | None]:
-    """Commit each of ``commits`` (what each wrote, in order): one Spark job computes
-    the rows of all the driver writes (``SinkCommit``) into the driver; a sink of
-    more than a file's worth is written by Spark, and any other commit makes itself."""
-    with_rows = {
-        i: c.rows.coalesce(1)
-        for i, c in enumerate(commits)
-        if isinstance(c, SinkCommit) and c.rows is not None
-    }
-    frames = list(with_rows.values())
-    with phase(SPARK):
-        tables = collect_each(frames, [ROWS_PER_FILE] * len(frames))
-    collected = dict(zip(with_rows, tables, strict=True))
-    return [
-        c.commit(collected.get(i)) if isinstance(c, SinkCommit) else c.commit()
-        for i, c in enumerate(commits)
-    ]
+EpochCommit = Write[SinkWrite | None]
+"""A sink's commit of an epoch, planned: ``commit`` makes it (None: the epoch was
+committed before)."""

@@ -96,7 +96,13 @@ class SparkCommit:
     current: Callable[[DataFrame], DataFrame]
     meta: dict[str, str]
 
-    def commit(self) -> SinkWrite:
+    def to_collect(self) -> None:
+        return None  # Spark writes and commits: no rows for the driver
+
+    def to_write_on_executors(self) -> None:
+        return None
+
+    def commit(self, computed: object = None) -> SinkWrite:
         self._enable_deletion_vectors()
         failpoint("sink.spark_planned")
         with phase(SPARK):

@@ -96,6 +96,12 @@ class PlannedBatch:
     summed: bool  # Spark consolidated the rows already, else the driver does
     distinct: bool  # no two rows share data and time: nothing to sum
 
+    @staticmethod
+    def as_they_are(rows: DataFrame, at_most: int) -> PlannedBatch:
+        """Rows the driver takes as Spark computes them, with nothing to sum or sort
+        (a sink's), in one partition."""
+        return PlannedBatch(rows.coalesce(1), at_most, summed=True, distinct=True)
+
     def collected(self, table: pa.Table) -> CollectedBatch:
         """The batch, from the rows Spark computed for ``rows``."""
         return CollectedBatch(table if self.summed else driver_merge.laid_out(table, self.distinct))

@@ -1,0 +1,179 @@
+"""The one way batches are written: planned first, computed together, then each
+committed by its own writer.
+
+Every write of a run is one of these: a layer's trace batches, a loop's inner
+traces at an epoch, the sources taking an epoch in, a tick's sinks. Each is
+planned apart (``Write``), and the interval's ``Placement``, decided once by the
+caller, says how Spark computes them together:
+
+* in the driver's placement, one Spark job per ``COLLECTED_PER_JOB`` writes
+  computes the rows of all of them into the driver (``collect_batches``), and
+  each write commits the rows it is handed, with no Spark job of its own: the
+  few hundred rows of a small interval cost a job for all, not a job each;
+* on the executors, one Spark job writes the files of those batches that ask to
+  be written with others (``executor_writes.write_each``), and each commits the
+  files written for it;
+* any write given nothing (more rows than the driver takes, a batch written
+  alone, a failed shared job retried apart) computes and writes itself.
+
+A crash between the shared job and the commits loses nothing: files nobody
+committed are never read, and the next run plans the same writes again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from pyspark.sql import DataFrame
+
+from dd_etl.failpoints import failpoint
+from dd_etl.lattice import Antichain
+from dd_etl.profiling import traced
+from dd_etl.trace.batch import WrittenBatch
+from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch, collect_batches
+from dd_etl.trace.executor_writes import ExecutorBatch, write_each
+from dd_etl.trace.placement import Placement
+from dd_etl.trace.state import TraceState
+
+R_co = TypeVar("R_co", covariant=True)
+R = TypeVar("R")
+
+Computed = CollectedBatch | WrittenBatch
+"""What the shared job made of a write: its rows in the driver, or its files."""
+
+
+class Write(Protocol[R_co]):
+    """A write planned and not yet made; ``commit`` makes it (what it returns is
+    the caller's: whether a trace appended, what a sink committed)."""
+
+    def to_collect(self) -> PlannedBatch | None:
+        """Its rows, planned for a job computing several writes' into the driver;
+        None: it has none, or writes them itself."""
+        ...
+
+    def to_write_on_executors(self) -> ExecutorBatch | None:
+        """Its batch, planned for a job writing several on the executors; None: it
+        is written alone, or has none."""
+        ...
+
+    def commit(self, computed: Computed | None) -> R_co:
+        """Make the write, of what the shared job ``computed`` for it, or (None) of
+        rows it computes itself."""
+        ...
+
+
+def write_together(
+    writes: Sequence[Write[R]],
+    placement: Placement,
+    pool: Executor | None = None,
+    job_label: str | None = None,
+    after_job: str | None = None,
+) -> list[R]:
+    """Make ``writes`` (their results in order): their rows computed by shared
+    Spark jobs as ``placement`` says (``computed_together``), then each
+    committed, side by side on ``pool`` when given (separate tables commit
+    independently), else in turn."""
+    computed = computed_together(writes, placement, pool, job_label, after_job)
+    made = list(zip(writes, computed, strict=True))
+    return _each(pool, lambda wc: wc[0].commit(wc[1]), made)
+
+
+def computed_together(
+    writes: Sequence[Write[object]],
+    placement: Placement,
+    pool: Executor | None = None,
+    job_label: str | None = None,
+    after_job: str | None = None,
+) -> list[Computed | None]:
+    """What shared Spark jobs compute for each of ``writes`` as ``placement`` says
+    (None for a write left to itself), planned side by side on ``pool``; no job
+    when none is needed. The jobs' work is attributed to ``job_label`` in the
+    run's profile, and the failpoint ``after_job`` is reached once they ran."""
+    label = traced(job_label) if job_label is not None else nullcontext()
+    computed: list[Computed | None] = [None] * len(writes)
+    if placement.driver:
+        plans = _each(pool, lambda w: w.to_collect(), writes)
+        if all(p is None for p in plans):
+            return computed
+        with label:
+            computed = list(collect_batches(plans))
+    else:
+        batches = _each(pool, lambda w: w.to_write_on_executors(), writes)
+        together = [(i, b) for i, b in enumerate(batches) if b is not None]
+        if not together:
+            return computed
+        with label:
+            written = write_each([b for _, b in together])
+        for (i, _), files in zip(together, written, strict=True):
+            computed[i] = files
+    if after_job is not None:
+        failpoint(after_job)
+    return computed
+
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def _each(pool: Executor | None, f: Callable[[T], U], items: Sequence[T]) -> list[U]:
+    return list(pool.map(f, items)) if pool is not None else [f(x) for x in items]
+
+
+@dataclass(frozen=True)
+class TraceAppend:
+    """A trace's batch for ``[lower, upper)``, planned: a ``Write`` whose commit is
+    the trace's compare-and-append (True when it appended, False when the trace
+    held the interval already)."""
+
+    trace: DeltaTrace
+    updates: DataFrame
+    lower: Antichain
+    upper: Antichain
+    placement: Placement
+    """Where its rows are computed when it writes them itself."""
+    at_most: int | None = None
+    """A bound of its records the caller knows, so that nothing counts them; 0: it
+    is surely empty, committed with no Spark job."""
+    distinct: bool = False
+    """No two updates share data and time: nothing to sum."""
+    meta: Mapping[str, str] | None = None
+    holds: Callable[[TraceState], TraceState] | None = None
+    """Readers' holds moved in the append's commit."""
+    slices_log2: int | None = None
+    """On the executors: written with others' batches in ``2 ** slices_log2``
+    slices of its key hashes; None: written alone, by as many tasks as a count
+    of it calls for."""
+    label: str | None = None
+    """What its commit's work is attributed to in the run's profile (None: the
+    caller's label)."""
+
+    def to_collect(self) -> PlannedBatch | None:
+        if self.at_most == 0:
+            return None
+        return self.trace.batch_plan(self.updates, self.distinct)
+
+    def to_write_on_executors(self) -> ExecutorBatch | None:
+        if self.at_most == 0 or self.slices_log2 is None:
+            return None
+        return self.trace.executor_batch(self.updates, self.distinct, self.slices_log2)
+
+    def commit(self, computed: Computed | None) -> bool:
+        with traced(self.label) if self.label is not None else nullcontext():
+            if isinstance(computed, WrittenBatch):
+                return self.trace.append_written(
+                    computed, self.lower, self.upper, self.meta, self.holds
+                )
+            return self.trace.compare_and_append(
+                self.updates if computed is None else computed,
+                self.lower,
+                self.upper,
+                self.meta,
+                at_most=self.at_most,
+                holds=self.holds,
+                distinct=self.distinct,
+                placement=self.placement,
+            )
