@@ -4,7 +4,8 @@ Operators build their plans from SQL expressions, not PySpark's column API: on a
 classic session each column object is several round trips to the JVM, and a
 small epoch of the 22 TPC-H views made about 170,000 of them, most of its
 planning time; a list of expressions as text crosses at a fixed cost
-(``spark_driver``). Names go through ``quote``.
+(``spark_driver``). Names go through ``quote`` (``sql_syntax``, with ``cast``;
+both re-exported here).
 """
 
 from __future__ import annotations
@@ -12,30 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from dd_etl.spark_driver import driver_for
-
-
-def quote(name: str) -> str:
-    """A column name as SQL text."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def cast(expr: str, kind: DataType) -> str:
-    return f"CAST({expr} AS {type_text(kind)})"
-
-
-def type_text(kind: DataType) -> str:
-    """A type as SQL text; nested field names are quoted (``simpleString`` does not)."""
-    if isinstance(kind, StructType):
-        fields = ", ".join(f"{quote(f.name)}: {type_text(f.dataType)}" for f in kind.fields)
-        return f"STRUCT<{fields}>"
-    if isinstance(kind, ArrayType):
-        return f"ARRAY<{type_text(kind.elementType)}>"
-    if isinstance(kind, MapType):
-        return f"MAP<{type_text(kind.keyType)}, {type_text(kind.valueType)}>"
-    return kind.simpleString()
+from dd_etl.sql_syntax import cast as cast
+from dd_etl.sql_syntax import quote as quote
 
 
 def expr(spark: SparkSession, text: str) -> Column:

@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dd_etl.sql_text import quote
+from dd_etl.sql_syntax import quote
 
 _SEPARATOR = "\x1f"
 """Joins a list's items into one string; an item holding it goes the slow way."""
