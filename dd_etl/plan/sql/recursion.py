@@ -16,18 +16,14 @@ Each column takes the type both parts fit in, as UNION does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 from sqlglot import exp
 
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.sql.coercion import common_type
-from dd_etl.plan.sql.relation import Output
-
-if TYPE_CHECKING:
-    from dd_etl.plan.sql.relational import Compiler, Ctes
+from dd_etl.plan.sql.query_compiler import QueryCompiler
+from dd_etl.plan.sql.relation import Ctes, Output
 
 
 def reads(node: exp.Expr, name: str) -> int:
@@ -35,7 +31,7 @@ def reads(node: exp.Expr, name: str) -> int:
     return sum(1 for t in node.find_all(exp.Table) if t.name.lower() == name.lower())
 
 
-def recursive_cte(compiler: Compiler, cte: exp.CTE, scope: Ctes) -> Output:
+def recursive_cte(compiler: QueryCompiler, cte: exp.CTE, scope: Ctes) -> Output:
     loc = compiler.loc
     name = cte.alias_or_name
     body = cte.this

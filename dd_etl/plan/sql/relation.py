@@ -2,11 +2,13 @@
 
 ``Rel`` is a FROM clause in the making: a collection whose internal columns
 hold the SQL columns of every table alias in scope. ``Output`` is a finished
-query: its columns, in order, under the names SQL gives them.
+query: its columns, in order, under the names SQL gives them. ``Ctes`` are the
+finished queries a query may read by name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import functions as F
@@ -51,3 +53,7 @@ class Output:
             return Rel(self.coll, Scope(fresh))
         coll = self.coll.select(**{new: F.col(old) for new, old in renamed.items()})
         return Rel(coll, Scope(fresh))
+
+
+Ctes = Mapping[str, Output]
+"""The common table expressions in scope, by name."""

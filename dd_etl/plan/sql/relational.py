@@ -31,12 +31,10 @@ from dd_etl.plan.sql.generators import lateral_views, select_generator
 from dd_etl.plan.sql.grouping import group, is_aggregate_query
 from dd_etl.plan.sql.joins import How, conjuncts, join, join_order
 from dd_etl.plan.sql.recursion import reads, recursive_cte
-from dd_etl.plan.sql.relation import Output, Rel
+from dd_etl.plan.sql.relation import Ctes, Output, Rel
 from dd_etl.plan.sql.scope import Names, Scope, references, subqueries_of, translate
 from dd_etl.plan.sql.subqueries import Subqueries
 from dd_etl.plan.sql.windows import bound_pushed, evaluate, spell_out_named, window_calls
-
-Ctes = Mapping[str, Output]
 
 
 def _how(j: exp.Join) -> How | None:

@@ -28,7 +28,6 @@ here the outer row is repeated once per subquery row.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 from sqlglot import exp
@@ -36,7 +35,8 @@ from sqlglot import exp
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan.sql.grouping import is_aggregate_query
 from dd_etl.plan.sql.joins import How, conjuncts, join
-from dd_etl.plan.sql.relation import Output, Rel
+from dd_etl.plan.sql.query_compiler import QueryCompiler
+from dd_etl.plan.sql.relation import Ctes, Output, Rel
 from dd_etl.plan.sql.scope import (
     Scope,
     local_columns,
@@ -46,9 +46,6 @@ from dd_etl.plan.sql.scope import (
     translate,
     walk_local,
 )
-
-if TYPE_CHECKING:
-    from dd_etl.plan.sql.relational import Compiler, Ctes
 
 
 @dataclass
@@ -102,7 +99,7 @@ def _columns_of(conditions: list[exp.Expr], aliases: set[str]) -> list[exp.Colum
 
 
 class Subqueries:
-    def __init__(self, compiler: Compiler) -> None:
+    def __init__(self, compiler: QueryCompiler) -> None:
         self.c = compiler
         self.loc = compiler.loc
 
