@@ -14,7 +14,7 @@ their union.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
@@ -22,12 +22,12 @@ from pyspark.sql.types import StructField, StructType
 from dd_etl.operators.accumulate import ROWS, nn, total
 from dd_etl.operators.linear import Expr, col
 from dd_etl.operators.reduce import HIGH, LOW, aggregation
+from dd_etl.plan.composable import Composable
 from dd_etl.sql_text import cast, quote
 
-if TYPE_CHECKING:
-    from dd_etl.plan.dataflow import Collection
-
 Function = Literal["count", "sum", "avg", "min", "max", "call"]
+CollectionT = TypeVar("CollectionT", bound=Composable)
+"""What an aggregate is built of and returns: the collection API's ``Collection``."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ GLOBAL_GROUP = "__all"
 
 
 def build_aggregate(
-    source: Collection, by: tuple[str, ...], aggregates: dict[str, Aggregate]
-) -> Collection:
+    source: CollectionT, by: tuple[str, ...], aggregates: dict[str, Aggregate]
+) -> CollectionT:
     if by:
         return _grouped(source, by, aggregates)[0]
     # One group holding every row; while it is empty, SQL still gives one row.
@@ -103,8 +103,8 @@ def build_aggregate(
 
 
 def _grouped(
-    source: Collection, by: tuple[str, ...], aggregates: dict[str, Aggregate]
-) -> tuple[Collection, Collection]:
+    source: CollectionT, by: tuple[str, ...], aggregates: dict[str, Aggregate]
+) -> tuple[CollectionT, CollectionT]:
     """The aggregates per group present, and the group rows they hang off."""
     valued = {n: a for n, a in aggregates.items() if a.expr is not None and a.function != "call"}
     value_of = {name: f"__v{i}" for i, name in enumerate(valued)}
@@ -145,14 +145,14 @@ def _grouped(
     return _collapse(parts, by, list(aggregates)), groups
 
 
-def _called(source: Collection, by: tuple[str, ...], calls: dict[str, str]) -> Collection:
+def _called(source: CollectionT, by: tuple[str, ...], calls: dict[str, str]) -> CollectionT:
     """The calls per group, by one reduction over the groups' rows."""
     named = tuple(calls.items())
     schema = source.flow.reduced_schema(source.node, by, aggregation(named), "aggregate")
     return source._reduce(by, "aggregate", schema, calls=named)
 
 
-def _collapse(parts: list[Collection], by: tuple[str, ...], names: list[str]) -> Collection:
+def _collapse(parts: list[CollectionT], by: tuple[str, ...], names: list[str]) -> CollectionT:
     """One row per group from parts that each hold at most one row per group and
     some of the columns: pad every part to all columns with NULLs, then keep per
     group each column's one non-NULL value. One reduction, however many parts

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,6 +32,7 @@ from dd_etl.operators.reduce import AT, HIGH, LOW, Numbering, Reducer
 from dd_etl.operators.running import running_calls
 from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
+from dd_etl.plan.aggregates import Aggregate, build_aggregate
 from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
@@ -40,9 +41,6 @@ from dd_etl.plan.refresh import RefreshPolicy
 from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
-
-if TYPE_CHECKING:
-    from dd_etl.plan.aggregates import Aggregate
 
 JoinHow = Literal["inner", "left", "right", "full"]
 HIERARCHY_SHIFTS = (24,)
@@ -650,7 +648,15 @@ class Collection:
                 r.join(edges, left_on=["node"], right_on=["src"]).select(node="dst")
             ).distinct())
         """
-        return build_iterate(self, body, max_iterations)
+
+        def step(variable: n.Variable) -> n.Node:
+            result = body(Collection(self.flow, variable))
+            if not isinstance(result, Collection):
+                kind = type(result).__name__
+                raise PlanError(f"iterate: the body must return a collection, not {kind}")
+            return result.node
+
+        return Collection(self.flow, build_iterate(self.node, step, max_iterations))
 
     def aggregate(self, by: Sequence[str], **aggregates: Aggregate) -> Collection:
         """SQL GROUP BY: one row per group present, with the named aggregates.
@@ -666,6 +672,3 @@ class Collection:
         if not aggregates:
             raise PlanError("aggregate: name at least one aggregate")
         return build_aggregate(self, tuple(by), aggregates)
-
-
-from dd_etl.plan.aggregates import build_aggregate  # noqa: E402  (aggregates build on Collection)

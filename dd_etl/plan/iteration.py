@@ -5,21 +5,21 @@ variable. Whatever it builds that depends on the variable runs inside the loop,
 with times ``(epoch, iteration)``; whatever does not (the edges of a graph, the
 initial collection) is computed outside and enters the loop at iteration 0, so
 loop-invariant work is never repeated per iteration.
+
+The loop is planned on the nodes behind the collections (``Collection.iterate``
+hands the body's nodes in and out), so it sits beneath the collection API.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
+from dd_etl.errors import PlanError
 from dd_etl.plan import nodes as n
 from dd_etl.plan.fingerprint import node_id
 from dd_etl.plan.loops import nodes_between
-
-if TYPE_CHECKING:
-    from dd_etl.plan.dataflow import Collection
 
 DEFAULT_ITERATION_LIMIT = 1000
 """Iterations one epoch of a loop may take before it counts as not converging."""
@@ -42,21 +42,12 @@ as reductions (``Collection.accumulate``), multi-way joins as chains of joins
 (``Collection.join_all``)."""
 
 
-def build_iterate(
-    initial: Collection, body: Callable[[Collection], Collection], limit: int
-) -> Collection:
-    from dd_etl.plan.dataflow import Collection, PlanError
-
+def build_iterate(initial: n.Node, body: Callable[[n.Variable], n.Node], limit: int) -> n.Iterate:
+    """The loop that starts from ``initial`` and repeats ``body``: the node of the
+    variable's next value, built on the variable's node."""
     if limit < 1:
         raise PlanError(f"iterate: max_iterations must be ≥ 1, not {limit}")
-    flow, schema = initial.flow, initial.node.schema
-
-    def apply(variable: n.Variable) -> Collection:
-        result = body(Collection(flow, variable))
-        if not isinstance(result, Collection):
-            kind = type(result).__name__
-            raise PlanError(f"iterate: the body must return a collection, not {kind}")
-        return result
+    schema = initial.schema
 
     # The variable is named after what the body makes of it, so two loops from the
     # same collection (say, inside one outer loop) never share a variable. It holds
@@ -64,20 +55,20 @@ def build_iterate(
     # side's is (``SELECT 0`` is not, a joined ``e.dst`` may be); a wider variable
     # may widen the body, so this repeats until nothing changes.
     while True:
-        probe = apply(n.Variable(node_id("variable", (initial.node.id,), schema), (), schema))
-        wider = _nullable_union(schema, probe.node.schema)
+        probe = body(n.Variable(node_id("variable", (initial.id,), schema), (), schema))
+        wider = _nullable_union(schema, probe.schema)
         if wider == schema:
             break
         schema = wider
-    named = node_id("variable", (initial.node.id,), schema, body=probe.node.id)
+    named = node_id("variable", (initial.id,), schema, body=probe.id)
     variable = n.Variable(named, (), schema)
-    result = apply(variable)
-    if _shape(result.node.schema) != _shape(schema):
+    result = body(variable)
+    if _shape(result.schema) != _shape(schema):
         raise PlanError(
             f"iterate: the body must return the loop variable's columns "
-            f"{_describe(schema)}, but returned {_describe(result.node.schema)}"
+            f"{_describe(schema)}, but returned {_describe(result.schema)}"
         )
-    inner = nodes_between(result.node, variable)
+    inner = nodes_between(result, variable)
     for node in inner:
         if not isinstance(node, INNER_OPERATORS):
             raise PlanError(
@@ -85,19 +76,18 @@ def build_iterate(
                 f"(inside a loop: {', '.join(c.__name__.lower() for c in INNER_OPERATORS[1:])})"
             )
     ids = {x.id for x in inner}
-    entering = [result.node] if result.node.id not in ids else []
+    entering = [result] if result.id not in ids else []
     entering += [i for x in inner for i in x.inputs if i.id not in ids]
-    inputs = tuple({x.id: x for x in [initial.node, *entering]}.values())
-    params = dict(variable=variable.id, result=result.node.id)
-    loop = n.Iterate(
+    inputs = tuple({x.id: x for x in [initial, *entering]}.values())
+    params = dict(variable=variable.id, result=result.id)
+    return n.Iterate(
         node_id("iterate", tuple(i.id for i in inputs), schema, **params),
         inputs,
         schema,
         variable=variable,
-        result=result.node,
+        result=result,
         limit=limit,
     )
-    return Collection(flow, loop)
 
 
 def _shape(schema: StructType) -> list[tuple[str, str]]:
