@@ -9,8 +9,23 @@ error · 75 the server running the command stopped before it finished (run it ag
 
 Pipeline commands keep standard output for results: logs and progress go to
 standard error, so ``dd-etl read … --format csv`` can be piped.
+
+``app`` (``root``) is imported on first use, so that the ``dd-etl`` command
+(``main``), which hands most commands to a server, imports no typer or rich.
 """
 
-from dd_etl.cli.app import app
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dd_etl.cli.root import app
 
 __all__ = ["app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(import_module("dd_etl.cli.root"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

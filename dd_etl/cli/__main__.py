@@ -1,6 +1,6 @@
 """``python -m dd_etl.cli``: the ``dd-etl`` command."""
 
-from dd_etl.server.client import main
+from dd_etl.cli.main import main
 
 if __name__ == "__main__":
     main()

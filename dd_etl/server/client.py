@@ -1,10 +1,11 @@
-"""The ``dd-etl`` command: hands a command that uses Spark to a server, or runs it
-in this process.
+"""Hands a ``dd-etl`` command that uses Spark to a server; the caller runs it in its
+own process when the server does not take it (``dd_etl.cli.main``,
+``dd_etl.dagster.step``).
 
 Light on purpose (no Spark, no rich, no typer imported), since it runs before every
 command. A command goes to the server of this installation and environment
-(``identity``), started on first use; it runs in this process instead when the
-server is off (``DD_ETL_SERVER=off``), under ``--debug`` (Spark's own log lines
+(``identity``), started on first use; it runs in the caller's process instead when
+the server is off (``DD_ETL_SERVER=off``), under ``--debug`` (Spark's own log lines
 belong to a Spark of its own), when the server is busy with another command, or
 when none could be started.
 """
@@ -33,20 +34,6 @@ START_SECONDS = 30.0
 INTERRUPTED = 75
 """Exit status when the server died during the command (``EX_TEMPFAIL``): the command
 did not finish; run it again (a run completes an interrupted epoch)."""
-
-
-def main() -> None:
-    args = sys.argv[1:]
-    try:
-        code = through_server(args) if served(args) else None
-    except KeyboardInterrupt:  # the server went with the connection
-        sys.stderr.write("\nAborted!\n")
-        sys.exit(130)
-    if code is not None:
-        sys.exit(code)
-    from dd_etl.cli.app import app
-
-    app(args=args, prog_name="dd-etl")
 
 
 def served(args: list[str]) -> bool:

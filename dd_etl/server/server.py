@@ -238,8 +238,8 @@ def _run_command(request: dict[str, Any], fds: list[int]) -> tuple[int, Compiler
     large for a quick compiler)."""
     from dd_etl import failpoints
     from dd_etl.cli import consoles
-    from dd_etl.cli.app import app
     from dd_etl.cli.render import DEBUG
+    from dd_etl.cli.root import app
     from dd_etl.spark import NeedsFullCompiler, SettingsDiffer, command_movable
 
     args = [str(a) for a in request["args"]]

@@ -1,5 +1,5 @@
-"""The ``dd-etl`` command: the pipeline commands, ``dd-etl trace …`` and the demo,
-under one root that renders every error once (``dd_etl.cli.render``)."""
+"""The root of the ``dd-etl`` command line: the pipeline commands, ``dd-etl trace …``
+and the demo, under one group that renders every error once (``dd_etl.cli.render``)."""
 
 from __future__ import annotations
 
