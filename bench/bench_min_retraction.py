@@ -155,7 +155,7 @@ def build(spark: SparkSession, root: Path, variant: str) -> tuple[Runtime, n.Vie
     runtime = Runtime(flow)
     start = Antichain.from_epoch(0)
     for node in runtime.stateful_nodes():
-        runtime.trace(node).register_reader(BENCH_READER, start, start)
+        runtime.trace(node).open_reader(BENCH_READER, start, start)
     assert isinstance(view.node, n.View)
     return runtime, view.node
 

@@ -39,6 +39,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.lattice import Antichain
 from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.reader_handle import ReaderHandle
 from dd_etl.trace.spine import batch_limit
 
 SCHEMA = StructType([StructField("k", LongType(), False), StructField("v", LongType(), False)])
@@ -146,6 +147,7 @@ class Run:
 
     name: str
     trace: DeltaTrace
+    reader: ReaderHandle
     retain: int | None  # None: the reader never moves its hold from epoch 0
     fuel: int
     limit: int
@@ -171,7 +173,7 @@ class Run:
         between = time.perf_counter()
         if self.retain is not None:
             hold = Antichain.from_epoch(max(0, epoch + 1 - self.retain))
-            self.trace.downgrade_reader(READER, hold, hold)
+            self.reader.downgrade(hold, hold)
         self.trace.exert(self.fuel)
         finished = time.perf_counter()
         self.append_seconds.append(between - started)
@@ -265,8 +267,8 @@ def new_run(
         spark, str(root / name), name, SCHEMA, ["k"], rows_per_file=cfg.rows_per_file
     )
     start = Antichain.from_epoch(0)
-    trace.register_reader(READER, start, start)
-    return Run(name, trace, retain, cfg.fuel, limit)
+    reader = trace.open_reader(READER, start, start)
+    return Run(name, trace, reader, retain, cfg.fuel, limit)
 
 
 # ------------------------------------------------------------------ disk

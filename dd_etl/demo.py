@@ -93,7 +93,7 @@ def run_demo(spark: SparkSession, cfg: DemoConfig, console: Console) -> bool:
     trace = DeltaTrace.create(
         spark, str(cfg.root / "trips"), "trips", TRIPS, ["trip_id"], rows_per_file=20_000
     )
-    trace.register_reader(READER)
+    reader = trace.open_reader(READER)
     for epoch in range(cfg.epochs):
         changes_file = changes_dir / f"epoch={epoch:05d}"
         epoch_changes(spark, trace, cfg, epoch).write.parquet(str(changes_file))
@@ -102,7 +102,7 @@ def run_demo(spark: SparkSession, cfg: DemoConfig, console: Console) -> bool:
             changes, Antichain.from_epoch(epoch), Antichain.from_epoch(epoch + 1)
         )
         hold = Antichain.from_epoch(max(0, epoch + 1 - RETAIN_EPOCHS))
-        trace.downgrade_reader(READER, hold, hold)
+        reader.downgrade(hold, hold)
         trace.exert(4 * cfg.new_trips)
         console.print(
             f"epoch {epoch}: {changes.count():>6} changes appended; "

@@ -36,7 +36,7 @@ def test_maintenance_job_merges_and_vacuums_every_trace(
 ) -> None:
     warehouse = tmp_path / "warehouse"
     a = fill(spark, warehouse / "a", 4)
-    a.register_reader("r", Antichain.from_epoch(4), Antichain.from_epoch(4))
+    a.open_reader("r", Antichain.from_epoch(4), Antichain.from_epoch(4))
     b = fill(spark, warehouse / "nested" / "b", 3)
     assert sorted(p.name for p in find_traces(warehouse)) == ["a", "b"]
     before = contents(a.read_at((4,)))

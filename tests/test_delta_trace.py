@@ -44,6 +44,7 @@ from dd_etl.trace.errors import SinceViolation, UpperMismatch
 from dd_etl.trace.executor_writes import write_each
 from dd_etl.trace.file_stats import hash_bounds
 from dd_etl.trace.placement import BULK, DRIVER, LOOKUPS, Placement
+from dd_etl.trace.reader_handle import ReaderHandle
 from dd_etl.trace.trace import Trace
 from tests.support.kv_trace import SCHEMA, contents, frame
 from tests.support.model_storage import Update, accumulate, consolidate, model_trace
@@ -67,8 +68,7 @@ def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
     delta = new_trace(spark, tmp_path / "t", rows_per_file=3)
     model = model_trace(rows_per_file=3)
     reference: list[Update] = []
-    for trace in (delta, model):
-        trace.register_reader("r")
+    delta_reader, model_reader = delta.open_reader("r"), model.open_reader("r")
     for epoch in range(8):
         updates = [
             ((rng.randrange(12), rng.choice(["a", "b", None])), (epoch,), rng.choice([1, 1, -1, 2]))
@@ -86,9 +86,9 @@ def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
         model.compare_and_append(updates, e(epoch), e(epoch + 1), at_most=at_most)
         if rng.random() < 0.6:
             hold = e(rng.randrange(delta.state.since.epoch_bound() or 0, epoch + 2))
-            hold = delta.state.hold_map["r"].logical.join(hold)
-            delta.downgrade_reader("r", hold, hold)
-            model.downgrade_reader("r", hold, hold)
+            hold = delta_reader.hold.logical.join(hold)
+            delta_reader.downgrade(hold, hold)
+            model_reader.downgrade(hold, hold)
         fuel = rng.choice([None, 2, 5, 20])
         delta.exert(fuel)
         model.exert(fuel)
@@ -168,11 +168,11 @@ def assert_descriptions_hold(spark: SparkSession, trace: DeltaTrace) -> None:
 
 def test_spine_is_recovered_from_the_delta_log_alone(spark: SparkSession, tmp_path: Path) -> None:
     trace = new_trace(spark, tmp_path / "t")
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     for epoch in range(3):
         rows = [((k, "x"), (epoch,), 1) for k in range(epoch * 5, epoch * 5 + 5)]
         trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
-    trace.downgrade_reader("r", e(2), e(2))
+    reader.downgrade(e(2), e(2))
     trace.exert(3)  # leave a merge in progress
     assert trace.state.merges
     # No Spark at all: the state and file list come from the Delta log.
@@ -186,7 +186,7 @@ def test_a_merge_of_few_records_needs_no_spark(spark: SparkSession, tmp_path: Pa
     """Back-pressure asks small traces for merges every few epochs; the driver
     makes them, so the storage's Spark session is never used."""
     trace = new_trace(spark, tmp_path / "t")
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     epochs = [
         [((1, "x"), (0,), 1), ((2, "y"), (0,), 1)],
         [((1, "x"), (1,), -1), ((3, "z"), (1,), 2)],  # retracts an update of epoch 0
@@ -194,7 +194,7 @@ def test_a_merge_of_few_records_needs_no_spark(spark: SparkSession, tmp_path: Pa
     ]
     for epoch, rows in enumerate(epochs):
         trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
-    trace.downgrade_reader("r", e(3), e(3))
+    reader.downgrade(e(3), e(3))
     driver_only = Trace(DeltaStorage(None, str(tmp_path / "t")))  # type: ignore[arg-type]
     assert driver_only.exert(None) > 0
     assert not driver_only.state.merges
@@ -213,7 +213,7 @@ def test_key_lookups_read_only_files_that_can_hold_the_keys(
     """Spark's lookups in a large trace collect the keys' hashes to prune the files
     they read; a trace of few records is scanned whole, with no job before."""
     trace = new_trace(spark, tmp_path / "t", rows_per_file=10)
-    trace.register_reader("r")
+    trace.open_reader("r")
     trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(400)]), e(0), e(1))
     trace.compare_and_append(
         frame(spark, [((k, "y"), (1,), 1) for k in range(0, 400, 2)]), e(1), e(2)
@@ -263,12 +263,10 @@ def test_a_reload_reads_the_log_only_after_another_writers_commit(
 
 def test_an_append_moves_holds_in_its_own_commit(spark: SparkSession, tmp_path: Path) -> None:
     trace = new_trace(spark, tmp_path / "t")
-    trace.register_reader("r", e(0), e(0))
+    reader = trace.open_reader("r", e(0), e(0))
     version = trace.snapshot.version
     batch = frame(spark, [((1, "x"), (0,), 1)])
-    assert trace.compare_and_append(
-        batch, e(0), e(1), holds=lambda s: s.downgrade_reader("r", e(1), e(1))
-    )
+    assert trace.compare_and_append(batch, e(0), e(1), holds=reader.downgraded(e(1), e(1)))
     assert trace.snapshot.version == version + 1
     stored = DeltaTrace(spark, str(tmp_path / "t")).state
     assert stored.upper == e(1)
@@ -346,25 +344,27 @@ def test_racing_writers_never_duplicate_or_lose_an_interval(
     assert contents(trace.read_at()) == expected
 
 
-def two_epochs_and_a_stray(spark: SparkSession, uri: Path) -> tuple[DeltaTrace, list[DataFile]]:
-    """A trace of two epochs, held by reader ``r``, and the files of a crashed
-    append: written, never committed."""
+def two_epochs_and_a_stray(
+    spark: SparkSession, uri: Path
+) -> tuple[DeltaTrace, ReaderHandle, list[DataFile]]:
+    """A trace of two epochs, held by reader ``r`` (its handle), and the files of a
+    crashed append: written, never committed."""
     trace = new_trace(spark, uri, rows_per_file=2)
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     for epoch in range(2):
         rows = [((k, "x"), (epoch,), 1) for k in range(8)]
         trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
     stray = trace.storage.write_batch(trace.state, "deadbeef", frame(spark, [((99, "z"), (2,), 1)]))
-    return trace, stray
+    return trace, reader, stray
 
 
 def test_vacuum_removes_stray_and_merged_away_files_but_keeps_staged_ones(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     uri = tmp_path / "t"
-    trace, stray = two_epochs_and_a_stray(spark, uri)
+    trace, reader, stray = two_epochs_and_a_stray(spark, uri)
     assert all((uri / f.path).exists() for f in stray)
-    trace.downgrade_reader("r", e(2), e(2))
+    reader.downgrade(e(2), e(2))
     merged_inputs = trace.files()
     trace.exert(4)  # first step of the merge: staged files exist
     staged = [f for m in trace.state.merges for f in m.staged]
@@ -387,9 +387,9 @@ def test_vacuum_keeps_files_a_merge_removed_recently_however_old(
     """A reader that opened the trace just before a merge still reads the merged
     batches: their retention runs from the merge, not from when they were written."""
     uri = tmp_path / "t"
-    trace, stray = two_epochs_and_a_stray(spark, uri)
+    trace, reader, stray = two_epochs_and_a_stray(spark, uri)
     before_merge = DeltaTrace(spark, str(uri))
-    trace.downgrade_reader("r", e(2), e(2))
+    reader.downgrade(e(2), e(2))
     merged_inputs = trace.files()
     trace.exert(None)
     two_days_ago = time.time() - 48 * 3600
@@ -455,7 +455,7 @@ def test_key_lookups_stay_exact_when_the_probe_keys_have_another_type(
     """Stored hashes are of bigint keys; probes of int keys hash differently, so
     pruning by their hashes would drop files that hold matches."""
     trace = new_trace(spark, tmp_path / "t", rows_per_file=10)
-    trace.register_reader("r")
+    trace.open_reader("r")
     trace.compare_and_append(frame(spark, [((k, "x"), (0,), 1) for k in range(100)]), e(0), e(1))
     assert len(trace.files()) > 4
     probe = spark.createDataFrame([(7,), (42,), (1000,)], "k int")
@@ -472,11 +472,11 @@ def test_driver_lookups_read_the_rows_of_the_touched_keys_only(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     trace = new_trace(spark, tmp_path / "t", rows_per_file=50)
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     for epoch in range(2):  # merged below: the history is in a merge's files
         rows = [((k, "x"), (epoch,), 1) for k in range(200 * epoch, 200 * (epoch + 1))]
         trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
-    trace.downgrade_reader("r", e(1), e(2))
+    reader.downgrade(e(1), e(2))
     trace.exert(None)
     assert len(trace.state.batches) == 1
     changes = [((k, "y"), (2,), 1) for k in (3, 250)] + [((3, "x"), (2,), -1)]
@@ -510,7 +510,7 @@ def test_files_written_by_the_driver_and_by_spark_read_back_alike(
         ]
     )
     trace = DeltaTrace.create(spark, str(tmp_path / "t"), "t", schema, ["k"], rows_per_file=2)
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     start = dt.datetime(2026, 3, 29, 1, 30, 0, 123456)
     rows = [
         (k, start + dt.timedelta(hours=k), dt.date(2026, 1, 1 + k), Decimal(f"{k}.25"))
@@ -534,7 +534,7 @@ def test_files_written_by_the_driver_and_by_spark_read_back_alike(
 
     assert read(local=False) == expected
     assert read(local=True) == expected
-    trace.downgrade_reader("r", e(1), e(2))
+    reader.downgrade(e(1), e(2))
     trace.exert(None)  # the merge reads both kinds of file
     assert len(trace.state.batches) == 1
     assert read(local=False) == read(local=True) == expected

@@ -25,7 +25,7 @@ from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
 from dd_etl.runtime import Runtime, execution, sizing
 from dd_etl.runtime.execution import LAYER_LABEL
-from dd_etl.runtime.runner import RUNTIME_READER
+from dd_etl.runtime.holds import RUNTIME_READER
 from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace, PlannedBatch
 
 pytestmark = pytest.mark.spark

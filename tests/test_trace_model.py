@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from dd_etl.lattice import Antichain, Time, less_equal
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import HoldRegression, UpperMismatch
+from dd_etl.trace.reader_handle import ReaderHandle
 from dd_etl.trace.spine import batch_limit
 from dd_etl.trace.state import TraceState
 from tests.support.model_storage import ModelTrace, Update, accumulate, model_trace
@@ -77,7 +78,7 @@ def test_accumulation_survives_any_sequence_of_appends_merges_and_compactions(
 ) -> None:
     trace = model_trace(dims=dims, rows_per_file=data.draw(st.integers(1, 4)))
     reference: list[Update] = []
-    readers: list[str] = []
+    readers: list[ReaderHandle] = []
     registered = 0  # readers ever registered: a new one never reuses a live one's name
     upper_epoch = 0
     for _ in range(data.draw(st.integers(1, 12))):
@@ -103,18 +104,15 @@ def test_accumulation_survives_any_sequence_of_appends_merges_and_compactions(
         elif op == "hold":
             if readers and data.draw(st.booleans()):
                 reader = data.draw(st.sampled_from(readers))
-                hold = trace.state.hold_map[reader]
                 target = data.draw(st.sampled_from(grid(dims, 8)))
-                logical = hold.logical.join(Antichain((target,)))
-                physical = hold.physical.join(Antichain((target,)))
-                trace.downgrade_reader(reader, logical, physical)
+                logical = reader.hold.logical.join(Antichain((target,)))
+                physical = reader.hold.physical.join(Antichain((target,)))
+                reader.downgrade(logical, physical)
             else:
-                reader = f"r{registered}"
+                readers.append(trace.open_reader(f"r{registered}"))
                 registered += 1
-                trace.register_reader(reader)
-                readers.append(reader)
         elif op == "drop" and readers:
-            trace.drop_reader(readers.pop(data.draw(st.integers(0, len(readers) - 1))))
+            readers.pop(data.draw(st.integers(0, len(readers) - 1))).release()
         check_invariants(trace, reference, previous)
     trace.exert(None)
     check_invariants(trace, reference, None)
@@ -143,12 +141,12 @@ def test_appends_apply_back_pressure_without_maintenance() -> None:
 
 def test_a_merge_spreads_over_fuelled_steps_while_readers_use_its_inputs() -> None:
     trace = model_trace(rows_per_file=3)
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     trace.compare_and_append([((k, "a"), (0,), 1) for k in range(40)], e(0), e(1))
     second = [((k, "a"), (1,), -1) for k in range(0, 40, 2)]
     second += [((k, "a"), (1,), 1) for k in range(100, 120)]
     trace.compare_and_append(second, e(1), e(2))
-    trace.downgrade_reader("r", e(1), e(2))
+    reader.downgrade(e(1), e(2))
     expected = {(k, "a"): 1 for k in [*range(1, 40, 2), *range(100, 120)]}
     before = [b.id for b in trace.state.batches]
     steps = 0
@@ -170,16 +168,16 @@ def test_a_merge_spreads_over_fuelled_steps_while_readers_use_its_inputs() -> No
 
 def test_physical_hold_keeps_batch_boundaries() -> None:
     trace = model_trace()
-    trace.register_reader("r")  # holds physical {0}: no boundary may be merged away
+    reader = trace.open_reader("r")  # holds physical {0}: no boundary may be merged away
     for i in range(4):
         trace.compare_and_append([((i, "x"), (i,), 1)], e(i), e(i + 1))
     trace.exert(None)
     assert len(trace.state.batches) == 4
-    trace.downgrade_reader("r", physical=e(2))
+    reader.downgrade(physical=e(2))
     trace.exert(None)
     # only the boundary at {1}, which the reader no longer needs, was merged away
     assert [b.description.upper for b in trace.state.batches] == [e(2), e(3), e(4)]
-    trace.drop_reader("r")
+    reader.release()
     trace.exert(None)
     assert len(trace.state.batches) == 1
 
@@ -201,21 +199,21 @@ def test_holds_only_move_forward_and_since_follows_their_meet() -> None:
     for i in range(5):
         trace.compare_and_append([((i, "x"), (i,), 1)], e(i), e(i + 1))
     assert trace.state.since == e(5)  # nobody reads: compaction may reach the upper
-    trace.register_reader("late")
-    assert trace.state.hold_map["late"].logical == e(5)
+    late = trace.open_reader("late")
+    assert late.hold.logical == e(5)
     trace.compare_and_append([((9, "x"), (5,), 1)], e(5), e(6))
-    trace.register_reader("other", e(6))
+    other = trace.open_reader("other", e(6))
     with pytest.raises(HoldRegression):
-        trace.downgrade_reader("other", e(5))
-    trace.downgrade_reader("late", e(7))
+        other.downgrade(e(5))
+    late.downgrade(e(7))
     assert trace.state.since == e(6)
-    trace.drop_reader("other")
+    other.release()
     assert trace.state.since == e(7)
 
 
 def test_product_times_compact_iterations_of_a_finished_epoch() -> None:
     trace = model_trace(dims=2)
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     # epoch 0 iterates three times, changing the same record back and forth
     updates = [
         ((1, "x"), (0, 0), 1),
@@ -229,7 +227,7 @@ def test_product_times_compact_iterations_of_a_finished_epoch() -> None:
     later = [((2, "z"), (1, 0), 1), ((2, "z"), (1, 1), 1), ((3, "w"), (1, 1), 1)]
     later += [((3, "w"), (1, 2), -1), ((4, "v"), (1, 2), 1)]
     trace.compare_and_append(later, Antichain.of((1, 0)), Antichain.of((2, 0)))
-    trace.downgrade_reader("r", Antichain.of((2, 0)), Antichain.of((2, 0)))
+    reader.downgrade(Antichain.of((2, 0)), Antichain.of((2, 0)))
     trace.exert(None)
     # Epochs collapse, iterations stay distinct: future epochs still need to know
     # in which iteration each change happened, but not in which epoch.
@@ -250,7 +248,7 @@ def test_amortised_maintenance_keeps_the_spine_small_and_storage_near_live() -> 
     being compacted: the spine stays logarithmic and storage stays near live."""
     rng = random.Random(7)
     trace = model_trace(rows_per_file=10_000)
-    trace.register_reader("r")
+    reader = trace.open_reader("r")
     live: dict[int, int] = {}
     appended = 0
     for epoch in range(300):
@@ -264,7 +262,7 @@ def test_amortised_maintenance_keeps_the_spine_small_and_storage_near_live() -> 
         appended += len(updates)
         trace.compare_and_append(updates, e(epoch), e(epoch + 1))
         hold = e(max(0, epoch - 4))
-        trace.downgrade_reader("r", hold, hold)
+        reader.downgrade(hold, hold)
         trace.exert(20 * len(updates))
         assert len(trace.state.batches) <= appended.bit_length() + 2
     assert trace.state.records <= 4 * len(live)

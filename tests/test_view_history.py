@@ -14,7 +14,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.lattice import Antichain
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
-from dd_etl.runtime.runner import RETENTION_READER
+from dd_etl.runtime.holds import RETENTION_READER
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.maintenance import maintain
 
@@ -36,9 +36,11 @@ def test_a_view_reads_every_past_epoch_after_its_spine_merged(
 ) -> None:
     rt = runtime(spark, tmp_path)
     view = rt.trace(rt.flow.views["kept"])
-    # as traces of earlier versions were registered: batch boundaries held at epoch 0
-    view.drop_reader(RETENTION_READER)
-    view.register_reader(RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
+    # a view's trace as earlier versions registered it: retention held batch
+    # boundaries at epoch 0 (remade here by another process of the same reader)
+    earlier = DeltaTrace(spark, view.uri)
+    earlier.open_reader(RETENTION_READER).release()
+    earlier.open_reader(RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
     rt = runtime(spark, tmp_path)
     view = rt.trace(rt.flow.views["kept"])
     assert view.state.hold_map[RETENTION_READER].physical.is_empty()

@@ -30,18 +30,17 @@ from dd_etl.runtime.catalog import readable_from
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
 from dd_etl.runtime.full_refresh import pending_records, private_state
+from dd_etl.runtime.holds import RuntimeHolds
 from dd_etl.runtime.sizing import Sizing, applied, for_bytes
 from dd_etl.spark_driver import driver_for
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
 from dd_etl.trace.placement import BULK, Placement
-from dd_etl.trace.state import TraceState
+from dd_etl.trace.reader_handle import HoldChange
 
 log = logging.getLogger(__name__)
 
-RUNTIME_READER = "runtime"
-RETENTION_READER = "retention"
 PLAN_META = "plan"
 """Trace meta key of a view: the structural id of the definition that computes it."""
 
@@ -79,6 +78,8 @@ class Runtime:
         self.spark = flow.spark
         self.retain_epochs = retain_epochs
         self._traces: dict[str, DeltaTrace] = {}
+        self._holds: dict[str, RuntimeHolds] = {}
+        """The runtime's handles on each of its traces (by name): only they move its holds."""
 
     # ------------------------------------------------------------------ traces
 
@@ -89,16 +90,9 @@ class Runtime:
             key = trace_key(node)
             uri = str(Path(self.flow.warehouse) / name)
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key)
-            trace.register_reader(RUNTIME_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
-            if isinstance(node, n.View):
-                # Past epochs are read by filtering stored times (``read``, ``changes``):
-                # retention holds times back, never batch boundaries, or the view's
-                # spine could never merge and would grow by a batch per epoch.
-                trace.register_reader(RETENTION_READER, Antichain.from_epoch(0), Antichain.empty())
-                if not trace.state.hold_map[RETENTION_READER].physical.is_empty():  # older traces
-                    trace.downgrade_reader(RETENTION_READER, physical=Antichain.empty())
-                if PLAN_META not in trace.state.meta_map:
-                    trace.annotate({PLAN_META: node.plan})
+            self._holds[name] = RuntimeHolds.open(trace, retains=isinstance(node, n.View))
+            if isinstance(node, n.View) and PLAN_META not in trace.state.meta_map:
+                trace.annotate({PLAN_META: node.plan})
             self._traces[name] = trace
         return self._traces[name]
 
@@ -112,8 +106,7 @@ class Runtime:
             key = trace_key(node)
             dims = 1 + loop_nest(loop)[node.id][1]
             trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
-            bottom = Antichain.minimum(dims)
-            trace.register_reader(RUNTIME_READER, bottom, bottom)
+            self._holds[name] = RuntimeHolds.open(trace, retains=False)
             self._traces[name] = trace
         return self._traces[name]
 
@@ -246,9 +239,7 @@ class Runtime:
             node = self.flow.views[name]
             since = Antichain.from_epoch(self.readable_from(name))
             self.discard(node)
-            trace = self.trace(node)
-            trace.downgrade_reader(RUNTIME_READER, since, since)
-            trace.downgrade_reader(RETENTION_READER, since)
+            self._holds_on(node).restart(since)
         return names
 
     def discard_unmaintained(self, recomputed: Collection[str]) -> None:
@@ -267,6 +258,7 @@ class Runtime:
             names += [node.inner_trace_name(x) for x in inner_traces(node)]
         for name in names:
             self._traces.pop(name, None)
+            self._holds.pop(name, None)
             discard_table(Path(self.flow.warehouse) / name)
 
     def layers(
@@ -283,26 +275,22 @@ class Runtime:
             for inner in inner_traces(node):
                 history = self.loop_trace(node, inner)
                 inner_hold = Antichain.of((upper - 1,) + (0,) * (history.state.dims - 1))
-                history.downgrade_reader(RUNTIME_READER, inner_hold, inner_hold)
+                self._holds[node.inner_trace_name(inner)].reading.downgrade(inner_hold, inner_hold)
 
-    def released(self, node: n.Node, through: int) -> Callable[[TraceState], TraceState]:
+    def released(self, node: n.Node, through: int) -> HoldChange:
         """This runtime's holds on ``node``'s own trace moved forward to epoch
         ``through`` (never back): history before it is no longer read, and a view's
         past epochs are kept ``retain_epochs`` back from it."""
-        hold = Antichain.from_epoch(through)
-        keep = Antichain.from_epoch(max(0, through - (self.retain_epochs or 0)))
+        keep = None
+        if self.retain_epochs is not None:
+            keep = Antichain.from_epoch(max(0, through - self.retain_epochs))
+        return self._holds_on(node).released(Antichain.from_epoch(through), keep)
 
-        def release(state: TraceState) -> TraceState:
-            current = state.hold_map[RUNTIME_READER]
-            state = state.downgrade_reader(
-                RUNTIME_READER, current.logical.join(hold), current.physical.join(hold)
-            )
-            if isinstance(node, n.View) and self.retain_epochs is not None:
-                retained = state.hold_map[RETENTION_READER].logical
-                state = state.downgrade_reader(RETENTION_READER, retained.join(keep))
-            return state
-
-        return release
+    def _holds_on(self, node: n.Node) -> RuntimeHolds:
+        """The runtime's handles on ``node``'s own trace, opening it if need be."""
+        self.trace(node)
+        assert node.trace_name is not None
+        return self._holds[node.trace_name]
 
     # ---------------------------------------------------------------- reading
 

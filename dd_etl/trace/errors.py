@@ -50,10 +50,30 @@ class SinceViolation(TraceError):
 
 
 class UnknownReader(TraceError):
-    """A reader moved a hold without registering first."""
+    """A reader's hold is not in the trace: never registered, or dropped."""
 
     def __init__(self, trace: str, reader: str) -> None:
         super().__init__(f"trace {trace!r}: no reader named {reader!r} is registered")
+
+
+class ReleasedReader(TraceError):
+    """A reader's handle was used after it released its hold."""
+
+    def __init__(self, trace: str, reader: str) -> None:
+        super().__init__(
+            f"trace {trace!r}: reader {reader!r} released its hold; open the reader "
+            "again to hold the trace"
+        )
+
+
+class ReaderInUse(TraceError):
+    """A reader was opened twice on one trace: its hold has one owner."""
+
+    def __init__(self, trace: str, reader: str) -> None:
+        super().__init__(
+            f"trace {trace!r}: reader {reader!r} is open already; its hold is moved by "
+            "the handle that opened it"
+        )
 
 
 class CommitConflict(TraceError):

@@ -1,7 +1,8 @@
 """A trace: an indexed, compacting history of updates shared by several readers.
 
 ``Trace`` holds the logic that does not depend on where batches are stored:
-compare-and-append, reader holds, fuelled merges and back-pressure. Every change
+compare-and-append, reader holds (each moved by its reader's handle,
+``reader_handle.py``), fuelled merges and back-pressure. Every change
 is a pure transition of ``TraceState`` committed through ``Storage.commit`` with
 compare-and-set on the stored version; on conflict the state is reloaded and the
 transition re-applied, so two writers racing on one trace never corrupt it: one
@@ -20,9 +21,10 @@ from dd_etl.lattice import Antichain
 from dd_etl.profiling import count_bytes
 from dd_etl.trace.batch import DataFile, WrittenBatch
 from dd_etl.trace.description import Description
-from dd_etl.trace.errors import CommitConflict, TraceError, UpperMismatch
+from dd_etl.trace.errors import CommitConflict, ReaderInUse, TraceError, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
 from dd_etl.trace.placement import BULK, Placement
+from dd_etl.trace.reader_handle import HoldChange, ReaderHandle
 from dd_etl.trace.spine import HASH_SPACE, HashRange, cursor_after, remaining_work
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion, Storage
@@ -44,6 +46,7 @@ class Trace(Generic[U]):
     def __init__(self, storage: Storage[U]) -> None:
         self.storage = storage
         self.snapshot: Snapshot = storage.load()
+        self._readers: dict[str, ReaderHandle] = {}
 
     # ----------------------------------------------------------------- reading
 
@@ -103,17 +106,17 @@ class Trace(Generic[U]):
         upper: Antichain,
         meta: Mapping[str, str] | None = None,
         at_most: int | None = None,
-        holds: Callable[[TraceState], TraceState] | None = None,
+        holds: HoldChange | None = None,
         distinct: bool = False,
         placement: Placement = BULK,
     ) -> bool:
         """Append the updates of ``[lower, upper)`` if the trace's upper is ``lower``,
         recording ``meta`` in the same commit. ``at_most`` bounds the number of
         updates when the caller knows it, so the storage need not count them.
-        ``holds`` moves readers' holds forward in the same commit, where a commit
-        of their own would cost as much as the append's. ``distinct``: no two
-        updates share data and time; ``placement``: where the interval's work runs
-        (``Storage.write_batch``).
+        ``holds`` (made by readers' handles) moves their holds forward in the same
+        commit, where a commit of their own would cost as much as the append's.
+        ``distinct``: no two updates share data and time; ``placement``: where the
+        interval's work runs (``Storage.write_batch``).
 
         A no-op returning False when the trace already reached ``upper`` (the
         interval was appended before, e.g. by a run that crashed after committing).
@@ -133,7 +136,7 @@ class Trace(Generic[U]):
         lower: Antichain,
         upper: Antichain,
         meta: Mapping[str, str] | None = None,
-        holds: Callable[[TraceState], TraceState] | None = None,
+        holds: HoldChange | None = None,
     ) -> bool:
         """``compare_and_append`` of a batch whose files were written already (with
         other traces' batches, by one Spark job): its files are committed, or
@@ -158,7 +161,7 @@ class Trace(Generic[U]):
         lower: Antichain,
         upper: Antichain,
         meta: Mapping[str, str] | None,
-        holds: Callable[[TraceState], TraceState] | None,
+        holds: HoldChange | None,
     ) -> bool:
         records = sum(f.records for f in batch.files)
         description = Description(lower, upper, Antichain.minimum(self.state.dims))
@@ -183,25 +186,29 @@ class Trace(Generic[U]):
 
     # ---------------------------------------------------------------- holds
 
-    def move_holds(self, holds: Callable[[TraceState], TraceState]) -> None:
-        """Commit ``holds``, a change of the readers' holds (``downgrade_reader``s)."""
+    def open_reader(
+        self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
+    ) -> ReaderHandle:
+        """The handle through which ``reader``, and nobody else, moves its hold: the
+        hold is registered at ``logical`` and ``physical`` (no earlier than what
+        the trace still offers), or adopted as persisted when the reader holds
+        the trace already (the same reader in a new process). A reader is open
+        once per trace object (``ReaderInUse``) until its handle is released."""
+        opened = self._readers.get(reader)
+        if opened is not None and not opened.released:
+            raise ReaderInUse(self.name, reader)
+        self._apply_state(lambda s: s.register_reader(reader, logical, physical))
+        handle = ReaderHandle(self, reader)
+        self._readers[reader] = handle
+        return handle
+
+    def move_holds(self, holds: HoldChange) -> None:
+        """Commit ``holds``, a change of readers' holds made by their handles
+        (``ReaderHandle.downgraded``), several of them possibly in one commit."""
         self._apply_state(holds)
 
     def annotate(self, meta: Mapping[str, str]) -> None:
         self._apply_state(lambda s: s.annotate(meta))
-
-    def register_reader(
-        self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
-    ) -> None:
-        self._apply_state(lambda s: s.register_reader(reader, logical, physical))
-
-    def downgrade_reader(
-        self, reader: str, logical: Antichain | None = None, physical: Antichain | None = None
-    ) -> None:
-        self._apply_state(lambda s: s.downgrade_reader(reader, logical, physical))
-
-    def drop_reader(self, reader: str) -> None:
-        self._apply_state(lambda s: s.drop_reader(reader))
 
     # ------------------------------------------------------------- merging
 

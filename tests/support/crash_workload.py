@@ -32,16 +32,15 @@ def expected_updates(epochs: int) -> list[Update]:
 
 def run(spark: SparkSession, uri: str, epochs: int = EPOCHS) -> DeltaTrace:
     trace = DeltaTrace.create(spark, uri, "crash", SCHEMA, ["k"], rows_per_file=3)
-    trace.register_reader("reader")
+    reader = trace.open_reader("reader")
     for epoch in range(epochs):
         trace.compare_and_append(
             frame(spark, epoch_updates(epoch)),
             Antichain.from_epoch(epoch),
             Antichain.from_epoch(epoch + 1),
         )
-        held = trace.state.hold_map["reader"].logical
-        hold = held.join(Antichain.from_epoch(max(0, epoch - 1)))
-        trace.downgrade_reader("reader", hold, hold)
+        hold = reader.hold.logical.join(Antichain.from_epoch(max(0, epoch - 1)))
+        reader.downgrade(hold, hold)
         trace.exert(5)
     trace.exert(None)
     return trace
