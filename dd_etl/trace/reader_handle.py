@@ -15,18 +15,27 @@ process of the same reader opens its handle again and adopts the persisted hold.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from dd_etl.lattice import Antichain
 from dd_etl.trace.errors import ReleasedReader, UnknownReader
 from dd_etl.trace.holds import ReaderHold
 from dd_etl.trace.state import TraceState
 
-if TYPE_CHECKING:
-    from dd_etl.trace.trace import Trace
-
 HoldChange = Callable[[TraceState], TraceState]
 """A pure change of readers' holds, committed on its own or with another change."""
+
+
+class HeldTrace(Protocol):
+    """What a handle needs of the trace it holds (``Trace`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> TraceState: ...
+
+    def move_holds(self, holds: HoldChange) -> None: ...
 
 
 class ReaderHandle:
@@ -35,7 +44,7 @@ class ReaderHandle:
 
     __slots__ = ("_released", "_trace", "reader")
 
-    def __init__(self, trace: Trace[Any], reader: str) -> None:
+    def __init__(self, trace: HeldTrace, reader: str) -> None:
         self._trace = trace
         self.reader = reader
         self._released = False
