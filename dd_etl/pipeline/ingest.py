@@ -27,7 +27,7 @@ from dd_etl.pipeline.progress import Progress
 from dd_etl.profiling import Profiler
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import source_records
-from dd_etl.runtime.sizing import SMALL, Sizing, for_bytes, records_at_most
+from dd_etl.runtime.sizing import SMALL, Sizing, applied, for_bytes, records_at_most
 from dd_etl.sources.base import Capture, encode_position, read_position
 from dd_etl.spark import full_compiler_for
 from dd_etl.spark_driver import driver_for
@@ -91,13 +91,13 @@ def ingest(
             elif captured.sizing.placement.driver:
                 small.append(captured)
             else:
-                with rt.sized(captured.sizing):
+                with applied(rt.spark, captured.sizing):
                     captured.commit(None)
                 said[name] = captured.summary
         if name in said:
             progress(f"source:{name}", said[name])
     if small:
-        with profiler.trace("ingest"), rt.sized(SMALL):
+        with profiler.trace("ingest"), applied(rt.spark, SMALL):
             try:
                 write_together(small, SMALL.placement)
             except _SPARK_ERRORS:

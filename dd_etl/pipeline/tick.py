@@ -34,7 +34,7 @@ from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import PlanChanged
-from dd_etl.runtime.sizing import SMALL, for_records
+from dd_etl.runtime.sizing import SMALL, applied, for_records
 from dd_etl.sinks.delta_table import EpochCommit, SinkWrite
 from dd_etl.sources.base import Capture
 from dd_etl.spark import command_movable
@@ -162,10 +162,10 @@ def sync_sinks(
     small = [v for v in views if sizings[v].driver_rows]
     writes: dict[str, SinkWrite | None] = {}
     if small:
-        with profiler.trace("sinks"), phase(SINKS), rt.sized(SMALL):
+        with profiler.trace("sinks"), phase(SINKS), applied(rt.spark, SMALL):
             writes |= _commit(pipeline, small, epoch, progress, SMALL.placement)
     for view in (v for v in views if v not in small):
-        with profiler.trace(f"sink {view}"), phase(SINKS), rt.sized(sizings[view]):
+        with profiler.trace(f"sink {view}"), phase(SINKS), applied(rt.spark, sizings[view]):
             writes |= _commit(pipeline, [view], epoch, progress, sizings[view].placement)
     return writes
 

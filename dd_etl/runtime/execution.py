@@ -150,8 +150,7 @@ def _execute(
     interval = Interval(rt, lower, upper, sizing, full)
     with applied(rt.flow.spark, sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
         # 4. layer by layer. Traces of one depth depend only on shallower ones: plan
-        # them side by side; in a small interval one Spark job (per eight) computes
-        # their batches, else each is its own job and Spark overlaps them.
+        # them side by side, and write their batches together (``batch_writer``).
         def release(node: n.Node) -> None:
             with profiler.trace(_label(node)):
                 rt.release(node, upper)
@@ -159,8 +158,8 @@ def _execute(
         for depth, layer in enumerate(layers(rt.stateful_nodes(chosen, unmaintained))):
             layer_sizing = interval.layer_sizing(layer)
             profiler.layers.append(layer_sizing.name)
-            sized = layer_sizing is sizing
-            with nullcontext() if sized else applied(rt.flow.spark, layer_sizing):
+            same = layer_sizing is sizing
+            with nullcontext() if same else applied(rt.flow.spark, layer_sizing):
                 _bring_layer(interval.sized(layer_sizing), layer, depth, pool, profiler, on_trace)
         # 5. holds released where no append of this run moved them: history before
         # upper - 1 may be compacted

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -31,7 +30,7 @@ from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
 from dd_etl.runtime.full_refresh import pending_records, private_state
 from dd_etl.runtime.holds import RuntimeHolds
-from dd_etl.runtime.sizing import Sizing, applied, for_bytes
+from dd_etl.runtime.sizing import Sizing, for_bytes
 from dd_etl.spark_driver import driver_for
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
@@ -189,11 +188,6 @@ class Runtime:
         view is brought up to date (default: ``choose_refresh``). The run is
         profiled (``RunReport.profile``)."""
         return execute(self, on_trace, views, refresh)
-
-    def sized(self, sizing: Sizing) -> AbstractContextManager[None]:
-        """Run the block with Spark's SQL settings for ``sizing`` (where its reads and
-        writes run, its ``placement``, is passed to each of them)."""
-        return applied(self.spark, sizing)
 
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]:
         """How each of ``views`` with epochs pending is brought up to date (logged)."""
