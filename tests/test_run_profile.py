@@ -23,7 +23,7 @@ from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
-from dd_etl.runtime import Runtime, execution, sizing
+from dd_etl.runtime import Runtime, interval, sizing
 from dd_etl.runtime.execution import LAYER_LABEL
 from dd_etl.runtime.holds import RUNTIME_READER
 from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace, PlannedBatch
@@ -255,7 +255,7 @@ def test_large_and_small_sizings_compute_the_same_views(
     small, give the same views. No batch the trace logs leave unbounded counts as
     small by Spark's estimate here: a medium run writes each in slices of its key
     hashes in its layer's job, a large one counts it and writes it alone."""
-    monkeypatch.setattr(execution, "SMALL_BATCH_BYTES", -1)
+    monkeypatch.setattr(interval, "SMALL_BATCH_BYTES", -1)
     live = {i: trip(i) for i in range(60)}
     runtimes = {}
     cases = {"small": (10**9, 0.25), "large": (-1, 0.0), "medium": (-1, 0.25), "mixed": (20, 0.25)}
