@@ -101,8 +101,8 @@ class LoopRun:
         self.loop = loop
         self.outer = outer  # the run's changes of a collection outside the loop
         self.views = views
-        self.placement = placement  # where the interval's reads and writes run
-        self.driver_rows = placement.driver  # a small interval: the epoch's state in the driver
+        self.placement = placement  # where the interval's reads and writes run; in the
+        # driver's (a small interval), the epoch's state is held there too
         self.nest = loop_nest(loop)
         self.traced = inner_traces(loop)
         self.histories = histories_read(loop)
@@ -138,7 +138,7 @@ class LoopRun:
         st = EpochState(self, e)
         # Read together, histories cost one job in a small interval; in a large one
         # each is checkpointed on its own anyway, so only those a round reads are.
-        st.begin(self.loop.inputs, self.histories if self.driver_rows else [])
+        st.begin(self.loop.inputs, self.histories if self.placement.driver else [])
         leave = self.scope(self.loop, st, (), st.entering)
 
         traces = [self.traces.loop_trace(self.loop, x) for x in self.traced]
@@ -200,15 +200,15 @@ class LoopRun:
         inputs' updates at ``t`` (``in_loop``). A node none of whose inputs changed
         at ``t``, with nothing staged or scheduled there, is skipped without
         running anything. The result's updates are fed back to the variable."""
-        scope = _Round(self, loop, st, t, outer, work)
+        current = _Round(self, st, t, outer, work)
         for node in body_of(loop):
-            scope.emit(node)
-        if scope.live(loop.result):
+            current.emit(node)
+        if current.live(loop.result):
             last = iterations(len(t))[-1]
-            fed_back = scope.rows(loop.result)
+            fed_back = current.rows(loop.result)
             st.stage(
                 loop.variable,
-                scope.changes(loop.result).withColumn(last, F.col(last) + 1),
+                current.changes(loop.result).withColumn(last, F.col(last) + 1),
                 rows=None if fed_back is None else next_iteration(fed_back, last),
             )
 
@@ -219,10 +219,9 @@ class _Round:
     driver's rows of it where it holds them, and the epoch's staged updates."""
 
     def __init__(
-        self, run: LoopRun, loop: n.Iterate, st: EpochState, t: LoopTime, outer: Changes, work: Work
+        self, run: LoopRun, st: EpochState, t: LoopTime, outer: Changes, work: Work
     ) -> None:
         self.run = run
-        self.loop = loop
         self.st = st
         self.t = t
         self.outer = outer  # from outside this loop: what entered at ``t``

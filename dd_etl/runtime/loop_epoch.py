@@ -62,9 +62,6 @@ class LoopNest(Protocol):
     def placement(self) -> Placement: ...
 
     @property
-    def driver_rows(self) -> bool: ...
-
-    @property
     def outer(self) -> Callable[[n.Node], DataFrame]:
         """The run's changes of a collection outside the loop."""
         ...
@@ -176,7 +173,7 @@ class EpochState:
         ``DRIVER_KEPT_RECORDS`` rows, or for rows of nested types, Spark sums
         each, and keeps it in its block store unless the driver holds it."""
         by_driver = [
-            self.run.driver_rows and s and driver_merge.groupable(arrow_schema(df.schema))
+            self.run.placement.driver and s and driver_merge.groupable(arrow_schema(df.schema))
             for df, s in zip(frames, summed, strict=True)
         ]
         planned = [
@@ -184,7 +181,7 @@ class EpochState:
             for df, s, driver in zip(frames, summed, by_driver, strict=True)
         ]
         tables: list[pa.Table | None] = [None] * len(frames)
-        if self.run.driver_rows:
+        if self.run.placement.driver:
             with phase(SPARK):
                 tables = collect_each(
                     [df.coalesce(1) for df in planned], [DRIVER_KEPT_RECORDS] * len(frames)
