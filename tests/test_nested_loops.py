@@ -54,6 +54,7 @@ def test_strongly_connected_components_equal_networkx(spark: SparkSession, tmp_p
     epochs.append(([(rng.randrange(NODES), rng.randrange(NODES))], [(1, 2)]))
 
     now: set[Edge] = set()
+    jobs: list[int | None] = []
     for epoch, (new, cut) in enumerate(epochs):
         new = [e for e in dict.fromkeys(new) if e not in now]
         rows = [(*e, 1) for e in new] + [(*e, -1) for e in cut if e in now]
@@ -63,6 +64,9 @@ def test_strongly_connected_components_equal_networkx(spark: SparkSession, tmp_p
         got = Counter(tuple(r) for r in rt.read("scc").collect())
         assert got == components(now), f"epoch {epoch}: edges {sorted(now)}"
         assert any(r.within for r in report.rounds), "the inner loops ran inside the outer one"
+        jobs.append(None if report.profile is None else report.profile.spark_jobs)
+    # A nested loop counts its work from the rows the driver holds: no job of its own.
+    assert jobs == [78, 86, 99]
 
     last = len(epochs) - 1
     batch = recompute(rt, "scc", last).collect()

@@ -44,7 +44,15 @@ from dd_etl.operators.iterative import Known, LoopTime, iterations
 from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import PlanError
 from dd_etl.plan.loops import body_of, histories_read, inner_traces, loop_nest
-from dd_etl.runtime.loop_epoch import STAGED, EpochState, Work, home, next_iteration, pad
+from dd_etl.runtime.loop_epoch import (
+    STAGED,
+    Entered,
+    EpochState,
+    Work,
+    home,
+    next_iteration,
+    pad,
+)
 from dd_etl.runtime.rules import rule_for
 from dd_etl.trace.batch_writer import TraceAppend, write_together
 from dd_etl.trace.columns import DIFF, TIME
@@ -81,8 +89,8 @@ class Round:
     within: tuple[int, ...] = ()
 
 
-Changes = Callable[[n.Node], DataFrame]
-"""A collection's changes at the current round of the scope that asks."""
+Entering = Callable[[n.Node], Entered]
+"""A collection's changes entering a loop at the round of the scope around it."""
 
 
 class LoopRun:
@@ -139,7 +147,7 @@ class LoopRun:
         # Read together, histories cost one job in a small interval; in a large one
         # each is checkpointed on its own anyway, so only those a round reads are.
         st.begin(self.loop.inputs, self.histories if self.placement.driver else [])
-        leave = self.scope(self.loop, st, (), st.entering)
+        leave = self.scope(self.loop, st, (), st.entered)
 
         traces = [self.traces.loop_trace(self.loop, x) for x in self.traced]
         zeros = [(0,) * (trace.state.dims - 1) for trace in traces]
@@ -161,7 +169,9 @@ class LoopRun:
         failpoint("loop.epoch_appended")
         return linear.consolidate(leave.withColumn(TIME, F.lit(e).cast("long")))
 
-    def scope(self, loop: n.Iterate, st: EpochState, prefix: LoopTime, outer: Changes) -> DataFrame:
+    def scope(
+        self, loop: n.Iterate, st: EpochState, prefix: LoopTime, outer: Entering
+    ) -> DataFrame:
         """Run ``loop`` to its fixed point at ``prefix``, the iterations of the loops
         around it (none for the top loop), given ``outer``, the changes at
         ``prefix`` of what enters it. Returns its output's changes at ``prefix``.
@@ -174,7 +184,7 @@ class LoopRun:
         work = st.work(loop, prefix, entering)
         initial = work.entering(loop.inputs[0].id)
         if initial:
-            entered = pad(entering[loop.inputs[0].id], depth)
+            entered = pad(entering[loop.inputs[0].id].frame, depth)
             last = iterations(depth)[-1]
             withdrawn = linear.negate(entered.withColumn(last, F.lit(1).cast("long")))
             st.stage(loop.variable, entered.unionByName(withdrawn))
@@ -194,7 +204,7 @@ class LoopRun:
     # ----------------------------------------------------------------- rounds
 
     def _round(
-        self, loop: n.Iterate, st: EpochState, t: LoopTime, outer: Changes, work: Work
+        self, loop: n.Iterate, st: EpochState, t: LoopTime, outer: Entering, work: Work
     ) -> None:
         """Round ``t``: every node of the body applied by its kind's rule to its
         inputs' updates at ``t`` (``in_loop``). A node none of whose inputs changed
@@ -219,7 +229,7 @@ class _Round:
     driver's rows of it where it holds them, and the epoch's staged updates."""
 
     def __init__(
-        self, run: LoopRun, st: EpochState, t: LoopTime, outer: Changes, work: Work
+        self, run: LoopRun, st: EpochState, t: LoopTime, outer: Entering, work: Work
     ) -> None:
         self.run = run
         self.st = st
@@ -241,7 +251,7 @@ class _Round:
             return self.st.nothing(node, len(self.t)) if done is None else done
         # From outside this loop: what entered at ``t`` minus its last iteration.
         if self.live(node):
-            return pad(self.outer(node), len(self.t))
+            return pad(self.outer(node).frame, len(self.t))
         return self.st.nothing(node, len(self.t))
 
     def live(self, node: n.Node) -> bool:
@@ -283,4 +293,15 @@ class _Round:
         return self.work.busy(self.run.nest_of(loop), self.t[-1])
 
     def nested(self, loop: n.Iterate) -> DataFrame:
-        return self.run.scope(loop, self.st, self.t, self.changes)
+        return self.run.scope(loop, self.st, self.t, self.entered)
+
+    def entered(self, node: n.Node) -> Entered:
+        """``changes(node)`` entering a loop nested in this one, counted where the
+        driver holds its rows (none, when ``node`` did not change)."""
+        changes = self.changes(node)
+        if not self.live(node):
+            return Entered(changes, 0)
+        if node.id not in self.emitted:  # from outside this loop too, as it entered here
+            return Entered(changes, self.outer(node).rows)
+        known = self.held.get(node.id)
+        return Entered(changes, None if known is None else known.num_rows)

@@ -71,6 +71,15 @@ class LoopNest(Protocol):
     def nothing(self, node: n.Node, depth: int) -> DataFrame: ...
 
 
+@dataclass(frozen=True)
+class Entered:
+    """Changes entering a loop at a prefix: Spark's frame of them, and how many
+    rows it has where the driver knows that with no Spark job."""
+
+    frame: DataFrame
+    rows: int | None
+
+
 STAGED, DUE, ENTERING = "staged", "due", "entering"
 """What an epoch holds per node: its staged updates, the keys a reduction must
 evaluate again at later iterations (key, iterations), the changes entering the
@@ -218,8 +227,13 @@ class EpochState:
 
     def entering(self, node: n.Node) -> DataFrame:
         """A collection's changes at this epoch, from outside the loop."""
+        return self.entered(node).frame
+
+    def entered(self, node: n.Node) -> Entered:
+        """``entering(node)``, counted where the driver holds its rows."""
         self._hold(self._entering_frames([node]))
-        return self._held[ENTERING, node.id].frame
+        held = self._held[ENTERING, node.id]
+        return Entered(held.frame, None if held.rows is None else held.rows.num_rows)
 
     def staged(self, node: n.Node) -> DataFrame:
         staged = self._frame(STAGED, home(node).id)
@@ -354,7 +368,7 @@ class EpochState:
 
         return read
 
-    def work(self, loop: n.Iterate, prefix: LoopTime, entering: dict[str, DataFrame]) -> Work:
+    def work(self, loop: n.Iterate, prefix: LoopTime, entering: dict[str, Entered]) -> Work:
         """What ``loop`` has to do at ``prefix``: the updates staged anywhere in its
         nest and the keys its reductions scheduled, per iteration of ``loop``, and
         the changes entering it (all of them, at iteration 0: some may be for a
@@ -374,7 +388,7 @@ class EpochState:
             for (kind, x), held in self._held.items()
             if kind != ENTERING and x in nest
         ]
-        parts += [tagged(ENTERING, x, df, F.lit(0)) for x, df in entering.items()]
+        parts += [tagged(ENTERING, x, e.frame, F.lit(0)) for x, e in entering.items()]
         if not parts:
             return Work({})
         union = functools.reduce(DataFrame.unionByName, parts)
@@ -383,10 +397,10 @@ class EpochState:
         return Work({(r["kind"], r["node"], int(r["i"])): int(r["count"]) for r in rows})
 
     def _count_in_driver(
-        self, nest: Collection[str], prefix: LoopTime, entering: dict[str, DataFrame]
+        self, nest: Collection[str], prefix: LoopTime, entering: dict[str, Entered]
     ) -> Work | None:
         """``work`` counted from the rows the driver holds, or None when some of
-        them are Spark's (or are not the epoch's entering changes held here)."""
+        them are Spark's (or it cannot count what enters)."""
         rows: dict[tuple[str, str, int], int] = {}
         for (kind, x), held in self._held.items():
             if kind == ENTERING or x not in nest:
@@ -394,12 +408,11 @@ class EpochState:
             if held.rows is None:
                 return None
             rows |= {(kind, x, i): c for i, c in _per_iteration(held.rows, prefix).items()}
-        for x, df in entering.items():
-            table = self._rows(ENTERING, x)
-            if table is None or df is not self._frame(ENTERING, x):
+        for x, entered in entering.items():
+            if entered.rows is None:
                 return None
-            if table.num_rows:
-                rows[ENTERING, x, 0] = table.num_rows
+            if entered.rows:
+                rows[ENTERING, x, 0] = entered.rows
         return Work(rows)
 
 
