@@ -312,6 +312,8 @@ class Interval:
         return changes if start <= self.lower else changes.where(f"{quote(TIME)} >= {start}")
 
     def _compute(self, node: n.Node) -> DataFrame:
+        """A trace node's changes read back from its committed batches; another's
+        computed by its kind's rule from its inputs' changes."""
         if node.trace_name is not None:
             return self._from_trace(node)
         changes = rule_for(node).changes(node, self, self.lower)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from dd_etl.runtime.rules.scopes import IntervalScope, RoundScope, ScratchScope
     from dd_etl.trace.delta_trace import DeltaTrace
 
-Reduced = Callable[[DataFrame, "list[int] | None"], DataFrame]
+Reduced = Callable[[DataFrame, list[int] | None], DataFrame]
 """The reduction of some changes, their history read for the key hashes given
 (all the changes touch, when None)."""
 
