@@ -158,12 +158,6 @@ class HistoryLost(PipelineError):
         )
 
 
-class NeedsRebuild(PipelineError):
-    """A view's definition changed since its results were computed."""
-
-    exit_code = 4
-
-
 class PlanError(DdEtlError, ValueError):
     """A dataflow that cannot be built: names the operator and what is wrong."""
 

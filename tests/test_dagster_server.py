@@ -105,13 +105,14 @@ def test_a_dagster_tick_runs_on_the_server(
             assert view_rows(spark, pipeline, view) == oracle(tmp_path, view), view
 
         # a dd_etl error in the server fails the run with its message and exit status
-        write_pipeline(tmp_path, "dg_served", by_pc_sql=BY_PC_SQL.replace("COUNT(*)", "COUNT(1)"))
+        broken = BY_PC_SQL.replace("COUNT(*)", "COUNT(no_such_column)")
+        write_pipeline(tmp_path, "dg_served", by_pc_sql=broken)
         failed = tick().execute_in_process(instance=instance, raise_on_error=False)
         assert not failed.success
         data = _failure(failed)
-        assert "dd-etl rebuild" in str(data.description)
-        assert data.metadata["exit_status"].value == 4
-        assert data.metadata["error"].value == "NeedsRebuild"
+        assert "no_such_column" in str(data.description)
+        assert data.metadata["exit_status"].value == 2
+        assert data.metadata["error"].value == "ConfigError"
         again = server()
         assert again is not None and again["pid"] == status["pid"] and again["commands"] == 2
     finally:

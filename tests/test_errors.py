@@ -17,7 +17,6 @@ from dd_etl.errors import (
     DdEtlError,
     HistoryLost,
     InvariantViolation,
-    NeedsRebuild,
     PipelineError,
     PlanError,
     SourceError,
@@ -79,7 +78,6 @@ def test_exit_statuses_follow_the_kind_of_error() -> None:
         TraceError: 3,
         TraceNotFound: 3,
         HistoryLost: 4,
-        NeedsRebuild: 4,
         PlanChanged: 4,
         InvariantViolation: 70,
     }

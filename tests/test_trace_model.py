@@ -8,6 +8,7 @@ appends, holds, merges and compactions happened in between (invariant 2 of ARCHI
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import pytest
@@ -277,3 +278,18 @@ def test_records_from_counts_every_batch_that_may_hold_later_times() -> None:
     for i, (lo, hi, records) in enumerate([(0, 2, 7), (2, 3, 0), (3, 5, 4)]):
         state = state.append(f"b{i}", Description(e(lo), e(hi), Antichain.minimum(1)), records)
     assert [state.records_from(e(t)) for t in (0, 2, 3, 4, 5)] == [11, 4, 4, 4, 0]
+
+
+def test_a_generation_is_kept_by_every_transition_and_by_the_log() -> None:
+    """A trace created again under its name is told apart from the old one by its
+    generation, whatever was appended since; a state written before traces had
+    one reads as having none (the store then takes its table's id for it)."""
+    state = TraceState.new("t", 1, ("k",), "{}", "g1", {"sources": "{}"})
+    state = state.append("b0", Description(e(0), e(1), Antichain.minimum(1)), 3)
+    state = state.annotate({"plan": "p"}).register_reader("r", e(0), e(0))
+    assert state.generation == "g1"
+    assert state.meta_map == {"sources": "{}", "plan": "p"}
+    assert TraceState.from_json(state.to_json()) == state
+    written_before = json.loads(state.to_json())
+    del written_before["generation"]
+    assert TraceState.from_json(json.dumps(written_before)).generation == ""

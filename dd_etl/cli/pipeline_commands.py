@@ -75,6 +75,8 @@ def run(
     for _ in range(epochs):
         with _steps() as progress:
             report = run_tick(p, progress)
+        for view, why in report.rebuilt.items():
+            err.print(f"rebuilt {view}: {why}", highlight=False)
         verb = "completed interrupted" if report.resumed else "ran"
         changed = sum(report.views.values())
         err.print(

@@ -113,6 +113,8 @@ def materialize(
     lowers = {v: rt.trace(pipeline.flow.views[v]).reload().upper.epoch_bound() or 0 for v in views}
     progress, finished = logged_progress(log)
     report = run_tick(pipeline, progress, sources=sources, views=views)
+    for view, why in report.rebuilt.items():
+        log(f"rebuilt {view}: {why}")
     log(
         f"epoch {report.epoch}{' (completing an interrupted tick)' if report.resumed else ''}: "
         f"{'complete' if report.complete else 'open until its other assets run'}"

@@ -1,13 +1,16 @@
 """One ingest tick: take in every source's changes as a new epoch, bring every view
 up to date, and update the sinks.
 
+0. Views whose definition changed since their results were computed are
+   rebuilt: discarded, and recomputed by this tick's run (``rebuild.start_over``).
 1. The epoch: the sources' least upper, unless a previous tick crashed after some
    source appended (sources ahead of the last completed tick): then that
    interrupted epoch is completed instead of starting a new one.
 2. Each source that has not appended the epoch captures its changes since the
    position its last epoch covered and appends them with the new position as
    trace meta, in one commit (a source added later first gets empty epochs).
-3. ``Runtime.run`` computes every view for the pending epochs.
+3. ``Runtime.run`` computes every view for the pending epochs (first discarding
+   what was computed from a source's history that was started over).
 4. Each sink commits the epoch once (Delta application transactions).
 5. The tick is recorded as completed.
 
@@ -22,18 +25,17 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 
-from dd_etl.errors import NeedsRebuild
 from dd_etl.failpoints import failpoint
 from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.ingest import ingest
 from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.progress import Progress
+from dd_etl.pipeline.rebuild import start_over
 from dd_etl.pipeline.tick_record import TickRecord, last_tick, record_profile, record_tick
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
-from dd_etl.runtime.runner import PlanChanged
 from dd_etl.runtime.sizing import SMALL, applied, for_records
 from dd_etl.sinks.delta_table import EpochCommit, SinkWrite
 from dd_etl.sources.base import Capture
@@ -46,6 +48,7 @@ from dd_etl.trace.placement import Placement
 class TickReport:
     epoch: int
     resumed: bool  # completed a tick that had crashed
+    rebuilt: dict[str, str] = field(default_factory=dict)  # views recomputed whole, and why
     sources: dict[str, str] = field(default_factory=dict)
     views: dict[str, int] = field(default_factory=dict)
     refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views that computed
@@ -102,17 +105,15 @@ def tick_holding_lock(
     capture under it)."""
     started = time.time()
     rt = pipeline.runtime
-    try:
-        rt.check_plans()
-    except PlanChanged as e:  # the pipeline knows the command that resolves it
-        raise NeedsRebuild(f"{e}: `dd-etl rebuild {pipeline.file} {e.view}`.") from e
     chosen = list(pipeline.flow.views) if views is None else list(views)
     for view in chosen:  # before anything is committed
         for sink in (pipeline.materialized(view), pipeline.change_feed(view)):
             if sink is not None:
                 sink.table.check_ours()
+    changed = start_over(pipeline, rt.changed_plans(chosen))
+    rebuilt = {view: "its definition changed" for view in changed}
     epoch, resumed = next_epoch(pipeline)
-    report = TickReport(epoch, resumed)
+    report = TickReport(epoch, resumed, rebuilt=rebuilt)
     profiler = Profiler(rt.spark)
     with profiler.active():
         names = list(pipeline.flow.sources if sources is None else sources)
@@ -126,6 +127,8 @@ def tick_holding_lock(
                 progress(f"refresh:{view}", str(choice))
             on_trace = _per_view(pipeline, chosen, recomputed, progress)
             run = rt.run(on_trace, views=chosen, refresh=report.refresh)
+            for view in run.started_over:
+                report.rebuilt.setdefault(view, "a source it reads started over")
             report.views = {v: run.views.get(v, 0) for v in chosen}
             done = f"epochs {run.lower}..{run.upper - 1}" if run.epochs else "up to date"
             progress("run", done)

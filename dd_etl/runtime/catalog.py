@@ -40,8 +40,13 @@ class RunTarget(TraceCatalog, Protocol):
         """The view ``name``, or an error naming the views there are."""
         ...
 
-    def check_plans(self) -> None:
+    def check_plans(self, views: Sequence[str] | None = None) -> None:
         """Refuse to go on when a view's definition changed since its trace was built."""
+        ...
+
+    def discard_stale(self, nodes: Sequence[n.Node]) -> list[n.Node]:
+        """Discard the traces among ``nodes`` computed from a source's history that
+        was started over since; returns them."""
         ...
 
     def choose_refresh(self, views: Sequence[str]) -> dict[str, RefreshChoice]: ...

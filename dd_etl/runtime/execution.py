@@ -2,8 +2,9 @@
 
 ``execute`` is what ``Runtime.run`` does:
 
-1. refuse views whose definition changed; choose how each view that is behind
-   is refreshed (incrementally, or recomputed in full);
+1. refuse views whose definition changed; discard the traces computed from a
+   source's history that was started over since; choose how each view that is
+   behind is refreshed (incrementally, or recomputed in full);
 2. find the pending interval ``[lower, upper)``: ``upper`` the meet of the
    sources' uppers, ``lower`` the least upper of the traces to maintain;
 3. size the interval from the trace logs (no Spark job), and with it choose where
@@ -65,6 +66,7 @@ class RunReport:
     views: dict[str, int] = field(default_factory=dict)  # change records this run wrote per view
     rounds: list[Round] = field(default_factory=list)  # what each loop iteration processed
     refresh: dict[str, RefreshChoice] = field(default_factory=dict)  # views with pending epochs
+    started_over: list[str] = field(default_factory=list)  # views a source's new history restarted
     profile: RunProfile | None = None  # jobs, stages and seconds, per trace and phase
 
     @property
@@ -95,8 +97,9 @@ def _execute(
     refresh: Mapping[str, RefreshChoice] | None,
 ) -> RunReport:
     # 1. what to compute, and how
-    rt.check_plans()
     chosen = list(rt.flow.views) if views is None else [rt.view(v).name for v in views]
+    rt.check_plans(chosen)
+    started_over = rt.discard_stale(rt.stateful_nodes(chosen))
     refresh = dict(rt.choose_refresh(chosen) if refresh is None else refresh)
     full = {v for v, c in refresh.items() if c.mode == "full"}
     # Up-to-date views need none of their state: leave alone what a recompute dropped.
@@ -104,6 +107,7 @@ def _execute(
     # 2. the pending interval
     lower, upper = rt.pending(chosen, unmaintained)
     report = RunReport(lower, upper, refresh=refresh)
+    report.started_over = [x.name for x in started_over if isinstance(x, n.View)]
     if lower >= upper:
         return report
     # 3. its size, from the trace logs; a large one may need a JVM compiling fully

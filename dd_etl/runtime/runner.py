@@ -10,6 +10,7 @@ may then be compacted.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain, meet_all
 from dd_etl.operators import linear
 from dd_etl.plan import nodes as n
@@ -42,6 +44,10 @@ log = logging.getLogger(__name__)
 
 PLAN_META = "plan"
 """Trace meta key of a view: the structural id of the definition that computes it."""
+LINEAGE_META = "sources"
+"""Trace meta key of every trace but a source's: the generation of each source it is
+computed from (JSON, by source name). A source started over is a new generation,
+whose history is not the one the trace took in (``Runtime.discard_stale``)."""
 
 
 def source_records(updates: DataFrame, sizing: Sizing) -> int | None:
@@ -59,7 +65,7 @@ def source_records(updates: DataFrame, sizing: Sizing) -> int | None:
 class PlanChanged(PlanError):
     """A view's trace was computed by a different definition than the current one."""
 
-    exit_code = 4  # as ``NeedsRebuild``, what a pipeline makes of it
+    exit_code = 4  # needs a rebuild, as a source that lost history does
 
     def __init__(self, view: str, built: str, current: str) -> None:
         super().__init__(
@@ -88,12 +94,29 @@ class Runtime:
         if name not in self._traces:
             key = trace_key(node)
             uri = str(Path(self.flow.warehouse) / name)
-            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key)
+            meta = self._recorded(node)
+            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, meta=meta)
             self._holds[name] = RuntimeHolds.open(trace, retains=isinstance(node, n.View))
-            if isinstance(node, n.View) and PLAN_META not in trace.state.meta_map:
-                trace.annotate({PLAN_META: node.plan})
+            missing = {k: v for k, v in meta.items() if k not in trace.state.meta_map}
+            if missing:  # a trace created by an earlier version of dd_etl
+                trace.annotate(missing)
             self._traces[name] = trace
         return self._traces[name]
+
+    def _recorded(self, node: n.Node) -> dict[str, str]:
+        """What a node's trace records from its creation on: the sources' generations
+        it is computed from, and a view's plan."""
+        if isinstance(node, n.Source):
+            return {}
+        meta = {LINEAGE_META: json.dumps(self._lineage(node), sort_keys=True)}
+        if isinstance(node, n.View):
+            meta[PLAN_META] = node.plan
+        return meta
+
+    def _lineage(self, node: n.Node) -> dict[str, str]:
+        """The generation of each source ``node`` is computed from, by name."""
+        sources = (x for x in upstream([node]) if isinstance(x, n.Source))
+        return {s.name: self.trace(s).generation for s in sources}
 
     def loop_trace(self, loop: n.Iterate, node: n.Node) -> DeltaTrace:
         """The product-time trace a node inside ``loop`` (or a loop nested in it)
@@ -169,13 +192,35 @@ class Runtime:
         lower = min((epoch_of(self.trace(x).reload().upper) for x in maintained), default=upper)
         return lower, upper
 
-    def check_plans(self) -> None:
-        """Refuse to continue a view whose definition changed: its trace holds results
-        of the old one, and new changes on top would be neither."""
-        for name, view in self.flow.views.items():
-            built = self.trace(view).state.meta_map.get(PLAN_META)
-            if built is not None and built != view.plan:
-                raise PlanChanged(name, built, view.plan)
+    def discard_stale(self, nodes: Sequence[n.Node]) -> list[n.Node]:
+        """Discard the traces among ``nodes`` computed from a generation of a source
+        that was started over since (``rebuild --source`` after its columns
+        changed): its new history holds everything it holds now, and continuing
+        from the old one would take all of it in again on top. Each is judged by
+        what it recorded itself, so a crash between two discards leaves the rest
+        to the next run. Returns the nodes discarded; the run recomputes them."""
+        stale = []
+        for node in nodes:
+            recorded = self.trace(node).state.meta_map.get(LINEAGE_META)
+            if recorded is not None and json.loads(recorded) != self._lineage(node):
+                stale.append(node)
+                self._start_over(node)
+        return stale
+
+    def changed_plans(self, views: Sequence[str] | None = None) -> list[str]:
+        """Those of ``views`` (default: all) whose definition changed since their
+        trace was computed: it holds results of the old one."""
+        names = list(self.flow.views) if views is None else views
+        return [v for v in names if self._built_by(v) not in (None, self.view(v).plan)]
+
+    def check_plans(self, views: Sequence[str] | None = None) -> None:
+        """Refuse to continue a view whose definition changed: new changes on top of
+        the old one's results would be neither's (``rebuild`` it first)."""
+        for name in self.changed_plans(views):
+            raise PlanChanged(name, self._built_by(name) or "", self.view(name).plan)
+
+    def _built_by(self, view: str) -> str | None:
+        return self.trace(self.view(view)).state.meta_map.get(PLAN_META)
 
     def run(
         self,
@@ -230,11 +275,18 @@ class Runtime:
         """
         names = self.dependants(views)
         for name in names:
-            node = self.flow.views[name]
-            since = Antichain.from_epoch(self.readable_from(name))
-            self.discard(node)
-            self._holds_on(node).restart(since)
+            self._start_over(self.flow.views[name])
         return names
+
+    def _start_over(self, node: n.Node) -> None:
+        """Discard ``node``'s trace for the next run to compute afresh; a view's is
+        held where it can be recomputed as of, its sources' ``since``."""
+        if not isinstance(node, n.View):
+            self.discard(node)
+            return
+        since = Antichain.from_epoch(self.readable_from(node.name))
+        self.discard(node)
+        self._holds_on(node).restart(since)
 
     def discard_unmaintained(self, recomputed: Collection[str]) -> None:
         """Drop the operator state of recomputed views that no maintained view
@@ -248,12 +300,13 @@ class Runtime:
         first (atomic), so a crash leaves either all of it or none."""
         assert node.trace_name is not None
         names = [node.trace_name]
-        if isinstance(node, n.Iterate):
-            names += [node.inner_trace_name(x) for x in inner_traces(node)]
+        if isinstance(node, n.Iterate):  # its own last: it records what they came from
+            names = [node.inner_trace_name(x) for x in inner_traces(node)] + names
         for name in names:
             self._traces.pop(name, None)
             self._holds.pop(name, None)
             discard_table(Path(self.flow.warehouse) / name)
+            failpoint("trace.discarded")
 
     def layers(
         self, views: Sequence[str] | None = None, recomputed: Collection[str] | None = None

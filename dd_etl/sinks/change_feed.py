@@ -2,16 +2,21 @@
 
 Append-only: each epoch adds the view's consolidated changes at that epoch in one
 commit (several epochs at once if the table fell behind), so consumers can read
-it incrementally like any Delta table.
+it incrementally like any Delta table. Summed, its rows are the view as of its
+last epoch, whatever happened to the view's trace: after a rebuild started the
+trace over, the next epoch's rows are the difference between the view now and
+what the feed published, not the new trace's history.
 """
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.operators import linear
 from dd_etl.runtime import Runtime
-from dd_etl.sinks.delta_table import SinkCommit, SinkTable
+from dd_etl.sinks.delta_table import TRACE_META, VIEW_META, SinkCommit, SinkTable
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.placement import BULK, Placement
 
@@ -38,15 +43,33 @@ class ChangeFeed:
     def plan(self, epoch: int, placement: Placement = BULK) -> SinkCommit | None:
         """The commit of the view's changes up to ``epoch`` (None: there already),
         read as ``placement`` says."""
-        last = self.table.epoch()
+        log = self.table.log()
+        last = None if log is None else log.epoch
         if last is not None and last >= epoch:
             return None
-        start = 0 if last is None else last + 1
-        changes = self.runtime.changes(self.view, start, epoch + 1, placement).select(
+        trace = self.runtime.trace(self.runtime.flow.views[self.view])
+        # commits made before feeds recorded the trace's generation are taken to follow it
+        made_from = trace.generation if log is None else log.last_meta().get(TRACE_META)
+        if made_from in (None, trace.generation):
+            start = 0 if last is None else last + 1
+            changes = self.runtime.changes(self.view, start, epoch + 1, placement)
+        else:
+            changes = self._catching_up(epoch, placement)
+        rows = changes.select(
             *self.columns,
             F.col(TIME).cast("long").alias(EPOCH_COLUMN),
             F.col(DIFF).cast("long").alias(DIFF_COLUMN),
         )
-        return SinkCommit(
-            self.table, epoch, changes, replace=False, meta={"dd_etl.view": self.view}
-        )
+        meta = {VIEW_META: self.view, TRACE_META: trace.generation}
+        return SinkCommit(self.table, epoch, rows, replace=False, meta=meta)
+
+    def _catching_up(self, epoch: int, placement: Placement) -> DataFrame:
+        """The rows that take what the feed published to the view as of ``epoch``,
+        at ``epoch``: the view's trace was started over (a rebuild), so its history
+        is not the one the feed published."""
+        trace = self.runtime.trace(self.runtime.flow.views[self.view])
+        now = trace.read_at((epoch,), placement=placement)
+        published = self.runtime.spark.read.format("delta").load(self.uri)
+        published = published.select(*self.columns, F.col(DIFF_COLUMN).alias(DIFF))
+        difference = linear.consolidate(now.unionByName(linear.negate(published)))
+        return difference.withColumn(TIME, F.lit(epoch).cast("long"))

@@ -45,6 +45,10 @@ ADDED_META = "dd_etl.rows_added"
 REMOVED_META = "dd_etl.rows_removed"
 BYTES_META = "dd_etl.bytes_added"
 REPLACED_META = "dd_etl.replaced"
+VIEW_META = "dd_etl.view"
+TRACE_META = "dd_etl.trace"
+"""The generation of the view trace an epoch's commit was made from: a rebuild
+starts a new one, whose history does not continue what the table holds."""
 HISTORY_SEARCHED = 100
 """Commits looked through, newest first, for dd_etl's last one."""
 
@@ -174,6 +178,14 @@ class SinkTable:
 
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.uri)
+
+    def columns_differ(self) -> bool:
+        """Whether the table exists with other columns (names or types) than the view's:
+        the view's rows no longer fit it."""
+        if self.schema is None or not self.exists():
+            return False
+        held = StructType.fromJson(json.loads(DeltaTable(self.uri).schema().to_json()))
+        return [(f.name, f.dataType) for f in held] != [(f.name, f.dataType) for f in self.schema]
 
     def epoch(self) -> int | None:
         """The last epoch committed to the table, None if none."""

@@ -15,13 +15,12 @@ since its last epoch.
 
 from __future__ import annotations
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl.plan.graph import unique_key
 from dd_etl.runtime import Runtime
-from dd_etl.sinks.delta_table import EpochCommit, SinkCommit, SinkTable
+from dd_etl.sinks.delta_table import TRACE_META, VIEW_META, EpochCommit, SinkCommit, SinkTable
 from dd_etl.sinks.spark_commit import SparkCommit
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF
@@ -33,10 +32,6 @@ epoch it changes rather than take the view's changes: a MERGE of 1,000 rows took
 3-4.5 s when they lay in a narrow key range, 5-9 s when spread over a table of
 1-100 M rows, and rewriting 10 M rows took 3-3.7 s, 100 M 27-28 s
 (``bench/bench_sink.py``, bench/README.md)."""
-VIEW_META = "dd_etl.view"
-TRACE_META = "dd_etl.trace"
-"""The id of the view trace (its Delta table's) an epoch's commit was made from: a
-rebuild starts a new trace, whose changes do not apply to the table."""
 
 
 class MaterializedView:
@@ -62,8 +57,7 @@ class MaterializedView:
         if last is not None and last >= epoch:
             return None
         trace = self.runtime.trace(self.runtime.flow.views[self.view])
-        generation = str(DeltaTable(trace.uri).metadata().id)  # a UUID (typed int)
-        meta = {VIEW_META: self.view, TRACE_META: generation}
+        meta = {VIEW_META: self.view, TRACE_META: trace.generation}
         unchanged = changed is False and last == epoch - 1
         rewrite = placement.driver or trace.state.records <= REWRITE_RECORDS
         if rewrite and not (log is not None and log.spark_owned):
@@ -78,7 +72,7 @@ class MaterializedView:
         follows = (
             log is not None
             and last is not None
-            and log.last_meta().get(TRACE_META) == generation
+            and log.last_meta().get(TRACE_META) == trace.generation
             and trace.state.since.less_equal_time((last,))
         )
         if not follows or (rewrite and not unchanged):

@@ -15,6 +15,7 @@ import json
 import re
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -88,6 +89,8 @@ def load(uri: str, known: Snapshot | None = None) -> Snapshot:
         return known
     with _opened.latest(uri) as table:
         state = read_state(table)
+        if not state.generation:  # created before traces had one: the table's id was it
+            state = replace(state, generation=str(table.metadata().id))
         version = table.version()
         return Snapshot(version, state, files_by_batch(table, state.dims), stamp(uri, version))
 

@@ -17,7 +17,7 @@ import os
 import shutil
 import uuid
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,12 +282,14 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         key: Sequence[str],
         dims: int = 1,
         rows_per_file: int = spark_files.ROWS_PER_FILE,
+        meta: Mapping[str, str] | None = None,
     ) -> DeltaTrace:
-        """Create the trace if it does not exist yet, then open it."""
+        """Create the trace if it does not exist yet (a new generation, recording
+        ``meta``), then open it."""
         unknown = [k for k in key if k not in schema.fieldNames()]
         if unknown:
             raise TraceError(f"trace {name!r}: key columns {unknown} are not in the schema")
-        state = TraceState.new(name, dims, tuple(key), schema.json())
+        state = TraceState.new(name, dims, tuple(key), schema.json(), uuid.uuid4().hex, meta)
         os.makedirs(uri, exist_ok=True)
         delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
         return cls(spark, uri, rows_per_file)

@@ -82,13 +82,28 @@ class TraceState:
     meta: tuple[tuple[str, str], ...] = ()
     """What the trace's owner records with its appends (e.g. the source positions
     an epoch covers, or the plan that computed it): committed atomically with them."""
+    generation: str = ""
+    """Drawn afresh each time a trace is created: a trace discarded and created again
+    under the same name is a new generation, whose history is unrelated to the old
+    one's. Whatever was computed from the old one knows it by this."""
 
     # ----------------------------------------------------------------- queries
 
     @classmethod
-    def new(cls, name: str, dims: int, key: tuple[str, ...], schema: str) -> TraceState:
+    def new(
+        cls,
+        name: str,
+        dims: int,
+        key: tuple[str, ...],
+        schema: str,
+        generation: str = "",
+        meta: Mapping[str, str] | None = None,
+    ) -> TraceState:
         bottom = Antichain.minimum(dims)
-        return cls(name, dims, key, schema, bottom, bottom, bottom)
+        recorded = tuple(sorted((meta or {}).items()))
+        return cls(
+            name, dims, key, schema, bottom, bottom, bottom, meta=recorded, generation=generation
+        )
 
     @property
     def hold_map(self) -> dict[str, ReaderHold]:
@@ -331,6 +346,7 @@ class TraceState:
                 "holds": {r: h.to_json() for r, h in self.holds},
                 "merges": [m.to_json() for m in self.merges],
                 "meta": self.meta_map,
+                "generation": self.generation,
             },
             sort_keys=True,
         )
@@ -350,4 +366,5 @@ class TraceState:
             tuple(sorted((r, ReaderHold.from_json(h)) for r, h in v["holds"].items())),
             tuple(Merge.from_json(m) for m in v["merges"]),
             tuple(sorted(v.get("meta", {}).items())),
+            v.get("generation", ""),
         )

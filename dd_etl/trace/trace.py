@@ -58,6 +58,11 @@ class Trace(Generic[U]):
     def name(self) -> str:
         return self.state.name
 
+    @property
+    def generation(self) -> str:
+        """Which creation of the trace this is (``TraceState.generation``)."""
+        return self.state.generation
+
     def reload(self) -> TraceState:
         self.snapshot = self.storage.load(self.snapshot)
         return self.state

@@ -7,11 +7,16 @@ from pathlib import Path
 
 
 def delta_pipeline(
-    root: Path, name: str, sources: dict[str, str], views: dict[str, str], materialize: bool
+    root: Path,
+    name: str,
+    sources: dict[str, str],
+    views: dict[str, str],
+    materialize: bool,
+    changes: bool = False,
 ) -> Path:
     """``root/pipeline.yaml``: each source a Delta table at ``root/<source>`` keyed by
     ``sources[source]``; each view ``views[view]``, materialized at ``out/<view>``
-    if ``materialize``."""
+    if ``materialize``, its change feed at ``feeds/<view>`` if ``changes``."""
     lines = [
         f"name: {name}",
         "warehouse: wh",
@@ -24,6 +29,8 @@ def delta_pipeline(
         lines += [f"  {view}:", f"    sql: '{sql}'"]
         if materialize:
             lines.append(f"    materialize: {{path: out/{view}}}")
+        if changes:
+            lines.append(f"    changes: {{path: feeds/{view}}}")
     path = root / "pipeline.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
