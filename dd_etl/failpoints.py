@@ -4,7 +4,9 @@
 process with SIGKILL the 3rd time it passes ``append.files_written`` and the 1st
 time it passes ``merge.step_committed``. ``tick.sources_appended=1:pause`` holds
 the thread that passes there instead (for ``PAUSE_SECONDS``), so a test can act
-while a command is in flight and then kill its process. Unset, a failpoint
+while a command is in flight and then kill its process. ``layers/1.job=1:oom``
+raises the error Spark raises when its tasks run out of memory, there, at the
+1st hit; ``=1+:oom`` at the 1st hit and every one after. Unset, a failpoint
 costs a dict lookup.
 """
 
@@ -13,19 +15,36 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
+from typing import Literal
 
 _ENV = "DD_ETL_FAILPOINTS"
-_PAUSE = ":pause"
 PAUSE_SECONDS = 600.0
+Action = Literal["kill", "pause", "oom"]
+_ACTIONS: tuple[Action, ...] = ("kill", "pause", "oom")
 
 
-def parse_spec(spec: str) -> dict[str, tuple[int, bool]]:
-    """Per failpoint: the hit that acts, and whether it pauses (else it kills)."""
-    points: dict[str, tuple[int, bool]] = {}
+@dataclass(frozen=True)
+class Armed:
+    """What a failpoint does, and at which of its hits."""
+
+    hit: int
+    action: Action = "kill"
+    onwards: bool = False
+    """At every hit from ``hit`` on, not only that one."""
+
+
+def parse_spec(spec: str) -> dict[str, Armed]:
+    """Per failpoint: the hit that acts, and how."""
+    points: dict[str, Armed] = {}
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, _, count = item.partition("=")
-        pause = count.endswith(_PAUSE)
-        points[name] = (int(count.removesuffix(_PAUSE) or "1"), pause)
+        count, _, action = count.partition(":")
+        onwards = count.endswith("+")
+        chosen = next((a for a in _ACTIONS if a == (action or "kill")), None)
+        if chosen is None:
+            raise ValueError(f"{_ENV}: unknown action {action!r} of {name!r}; use {_ACTIONS}")
+        points[name] = Armed(int(count.removesuffix("+") or "1"), chosen, onwards)
     return points
 
 
@@ -45,9 +64,16 @@ def failpoint(name: str) -> None:
     if not _armed or name not in _armed:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    hit, pause = _armed[name]
-    if _hits[name] >= hit:
-        if pause:
-            time.sleep(PAUSE_SECONDS)
-        else:
-            os.kill(os.getpid(), signal.SIGKILL)
+    armed = _armed[name]
+    if _hits[name] < armed.hit or (_hits[name] > armed.hit and not armed.onwards):
+        return
+    if armed.action == "pause":
+        time.sleep(PAUSE_SECONDS)
+    elif armed.action == "oom":
+        from pyspark.errors import PySparkException
+
+        raise PySparkException(
+            message=f"[AGGREGATE_OUT_OF_MEMORY] SparkOutOfMemoryError at failpoint {name}"
+        )
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -53,6 +53,9 @@ class Cost:
     decoded already is not read)."""
     bytes_written: int = 0
     """Bytes of batch files committed: appends and merges, whoever wrote them."""
+    grouped: int = 0
+    """The Spark jobs its writes were grouped into so that each fits Spark's
+    memory (``trace/job_groups.py``); 0 where it made no shared job."""
 
 
 @dataclass
@@ -86,6 +89,8 @@ class RunProfile:
     pays it once."""
     spark: str = "classic"
     """How Spark was reached: ``classic`` (a driver in this process) or ``connect``."""
+    commits: int = 0
+    """Delta commits the run made: traces' appends, merges and holds, sinks' epochs."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,8 +110,8 @@ class RunProfile:
             f"{_mb(self.bytes_read)} read by the driver"
         )
         out = [
-            f"{self.seconds:.2f}s, {jobs}, {_mb(self.bytes_written)} written "
-            f"({self.sizing} interval)",
+            f"{self.seconds:.2f}s, {jobs}, {_mb(self.bytes_written)} written, "
+            f"{self.commits} Delta commits ({self.sizing} interval)",
             f"  phases (summed over threads): {phases}{compiling}",
         ]
         if self.layers:
@@ -126,9 +131,10 @@ class RunProfile:
                 if c.spark_jobs is None
                 else f"{c.spark_jobs:3d} jobs {c.spark_stages:3d} stages "
             )
+            grouped = f", writes grouped into {c.grouped} jobs" if c.grouped > 1 else ""
             out.append(
                 f"  {name:<{width}}  {c.seconds:6.2f}s  {jobs}{_mb(c.bytes_read):>9} read "
-                f"{_mb(c.bytes_written):>9} written  {parts}"
+                f"{_mb(c.bytes_written):>9} written  {parts}{grouped}"
             )
         return out
 
@@ -145,6 +151,8 @@ class Profiler:
         self._seconds: dict[str, float] = defaultdict(float)
         self._phases: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._bytes: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # read, written
+        self._commits = 0
+        self._grouped: dict[str, int] = defaultdict(int)
         self._local = threading.local()
         self._started = time.perf_counter()
         self._run_seconds: float | None = None
@@ -220,6 +228,15 @@ class Profiler:
             counted[0] += read
             counted[1] += written
 
+    def add_commit(self) -> None:
+        with self._lock:
+            self._commits += 1
+
+    def add_grouped(self, jobs: int) -> None:
+        owner = getattr(self._local, "trace", None) or ""
+        with self._lock:
+            self._grouped[owner] += jobs
+
     def result(self) -> RunProfile:
         """The profile, with job counts read from Spark's status tracker where it tells."""
 
@@ -232,7 +249,8 @@ class Profiler:
             return len(ids), len(stages), sum(jobs_of.input_bytes(s) for s in stages)
 
         traces: dict[str, Cost] = {}
-        for name in sorted(set(self._seconds) | {t for t in self._phases if t} | {*self._bytes}):
+        named = set(self._seconds) | {*self._phases} | {*self._bytes} | {*self._grouped}
+        for name in sorted(named):
             if not name:
                 continue
             jobs, stages, scanned = counted(self._job_ids(self._group(name)))
@@ -241,7 +259,13 @@ class Profiler:
             phases[PLANNING] = max(0.0, spent - sum(phases.values()))
             read, written = self._bytes.get(name, (0, 0))
             traces[name] = Cost(
-                round(spent, 3), jobs, stages, _rounded(phases), scanned + read, written
+                round(spent, 3),
+                jobs,
+                stages,
+                _rounded(phases),
+                scanned + read,
+                written,
+                self._grouped.get(name, 0),
             )
         ungrouped = [j for j in self._job_ids(None) if j > self._ungrouped_before]
         own_jobs, own_stages, own_scanned = counted(self._job_ids(self._group(None)) + ungrouped)
@@ -276,6 +300,7 @@ class Profiler:
                 else round((compiled - self._compiled_before) / 1000, 3)
             ),
             spark=self._driver_kind,
+            commits=self._commits,
         )
 
 
@@ -300,6 +325,19 @@ def phase(name: str) -> Iterator[None]:
         yield
     finally:
         profiler.add(name, time.perf_counter() - started)
+
+
+def count_commit() -> None:
+    """Count a Delta commit in the active run's profile, if any."""
+    if _active is not None:
+        _active.add_commit()
+
+
+def count_grouped(jobs: int) -> None:
+    """Count the Spark jobs that writes sharing jobs were grouped into, in the
+    active run's profile, if any."""
+    if _active is not None:
+        _active.add_grouped(jobs)
 
 
 def count_bytes(read: int = 0, written: int = 0) -> None:

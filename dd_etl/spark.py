@@ -8,7 +8,9 @@ trace, before dd_etl even sees the error. They say nothing to a user of dd_etl a
 bury its messages, so the JVM is started with its standard error kept aside and
 PySpark's error loggers are silenced, unless ``DD_ETL_SPARK_LOGS`` is set
 (``dd-etl --debug`` sets it). If the JVM does not start, what it wrote is shown.
-The JVM starts from an archive of the classes it loaded before (``jvm_archive``),
+A session whose settings name no driver memory gets one sized to the machine,
+and local Spark pages sized for many small hash tables (``spark_memory``). The
+JVM starts from an archive of the classes it loaded before (``jvm_archive``),
 with the throughput collector (``DRIVER_GC``); a server's, with the quick compiler
 only (``QUICK_COMPILER``) until a command is too large for it.
 
@@ -51,6 +53,13 @@ from dd_etl.jvm_archive import (
     tunes_jvm,
     with_archive,
     with_java_options,
+)
+from dd_etl.spark_memory import (
+    DRIVER_MEMORY,
+    FRACTION,
+    PAGE_SIZE,
+    driver_memory,
+    local_page_size,
 )
 
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
@@ -149,7 +158,13 @@ def session(
     # the same packages, unless the deployment says otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     options = {**DEFAULT_CONF, **delta_jars.spark_options(), **(conf or {})}
+    memory = driver_memory(options)
+    if memory.chosen:
+        options[DRIVER_MEMORY] = memory.value
     master = master or os.environ.get(MASTER_ENV, "local[*]")
+    if master.startswith("local") and PAGE_SIZE not in options:
+        cores = local_cores(master)
+        options[PAGE_SIZE] = local_page_size(memory.value, cores, options.get(FRACTION))
     settings: Settings = (master, tuple(sorted((conf or {}).items())))
     if _starts_jvm():
         _Spark.started = settings
@@ -285,6 +300,15 @@ def _wait_for_server(remote: str) -> None:
             f"no Spark Connect server answers at {remote} ({e.strerror or e}): "
             "start it, or name another Spark (spark.remote, DD_ETL_SPARK_REMOTE)"
         ) from e
+
+
+def local_cores(master: str) -> int:
+    """The tasks local Spark of ``master`` (``local``, ``local[4]``, ``local[*]``)
+    runs at once."""
+    inside = master.partition("[")[2].partition("]")[0].split(",")[0].strip()
+    if inside.isdigit():
+        return int(inside)
+    return 1 if inside == "" else os.cpu_count() or 1
 
 
 def _starts_jvm() -> bool:

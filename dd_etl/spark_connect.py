@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dd_etl import delta_jars
 from dd_etl.spark import DEFAULT_CONF, DRIVER_GC
+from dd_etl.spark_memory import driver_memory as driver_memory_of
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -44,7 +45,8 @@ def server_command(
     driver_memory: str | None = None,
 ) -> list[str]:
     """``spark-submit`` starting a Spark Connect server on ``port`` with Delta and
-    dd_etl's settings (``conf`` added to them)."""
+    dd_etl's settings (``conf`` added to them), and ``driver_memory`` (default:
+    sized to the machine, as a pipeline's own Spark is)."""
     settings = {
         **DEFAULT_CONF,
         **delta_jars.spark_options(),
@@ -53,10 +55,9 @@ def server_command(
         "spark.sql.catalogImplementation": "in-memory",
         **(conf or {}),
     }
+    memory = driver_memory or driver_memory_of(settings).value
     command = [str(_spark_home() / "bin" / "spark-submit"), "--master", master]
-    if driver_memory:
-        command += ["--driver-memory", driver_memory]
-    command += ["--name", "dd_etl-connect", "--class", SERVER_CLASS]
+    command += ["--driver-memory", memory, "--name", "dd_etl-connect", "--class", SERVER_CLASS]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     return command

@@ -12,9 +12,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dd_etl.lattice import Antichain
 from dd_etl.runtime.sizing import SMALL, applied, medium
+from dd_etl.spark_driver import driver_for
+from dd_etl.spark_memory import SparkMemory
 from dd_etl.trace.batch import WrittenBatch
 from dd_etl.trace.batch_writer import Computed, TraceAppend, computed_together, write_together
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch
+from dd_etl.trace.job_groups import WriteCost
 from dd_etl.trace.placement import DRIVER, LOOKUPS, Placement
 from tests.support.kv_trace import SCHEMA, contents, frame
 from tests.test_delta_trace import jobs_of
@@ -24,6 +27,10 @@ pytestmark = pytest.mark.spark
 
 def e(x: int) -> Antichain:
     return Antichain.from_epoch(x)
+
+
+def memory(spark: SparkSession) -> SparkMemory:
+    return driver_for(spark).memory()
 
 
 def trace(spark: SparkSession, path: Path) -> DeltaTrace:
@@ -47,6 +54,10 @@ class RowsTaken:
     def to_write_on_executors(self) -> None:
         return None
 
+    @property
+    def cost(self) -> WriteCost:
+        return WriteCost()
+
     def commit(self, computed: Computed | None) -> int:
         assert computed is None or isinstance(computed, CollectedBatch)
         self.taken.append(None if computed is None else computed.rows)
@@ -68,7 +79,7 @@ def test_in_the_driver_one_job_computes_every_write(spark: SparkSession, tmp_pat
     ]
     made: list[object] = []
     with applied(spark, SMALL):
-        work = lambda: made.extend(write_together([*traces, sink], DRIVER))  # noqa: E731
+        work = lambda: made.extend(write_together([*traces, sink], DRIVER, memory(spark)))  # noqa: E731
         assert jobs_of(spark, "writer-driver", work) == 1
     assert made == [True, True, False, 2]
     assert contents(fresh.read_at()) == {(0, "v0"): 3, (1, "v1"): 2, (2, "v2"): 2}
@@ -93,9 +104,11 @@ def test_on_the_executors_one_job_writes_the_batches_written_together(
     ]
     computed: list[Computed | None] = []
     with applied(spark, medium(2)):
-        work = lambda: computed.extend(computed_together([*writes, sink], LOOKUPS))  # noqa: E731
+        shared = memory(spark)
+        work = lambda: computed.extend(computed_together([*writes, sink], LOOKUPS, shared))  # noqa: E731
         assert jobs_of(spark, "writer-executors", work) == 1
-        assert jobs_of(spark, "writer-none", lambda: computed_together([sink], LOOKUPS)) == 0
+        none = lambda: computed_together([sink], LOOKUPS, shared)  # noqa: E731
+        assert jobs_of(spark, "writer-none", none) == 0
     assert [type(c) for c in computed] == [WrittenBatch, WrittenBatch, type(None), type(None)]
     assert [w.commit(c) for w, c in zip(writes, computed[:3], strict=True)] == [True] * 3
     assert sink.commit(None) == 0

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from dd_etl.cli.render import root_cause
 from dd_etl.errors import InvariantViolation
 from dd_etl.spark import SPARK_LOGS_ENV
 from dd_etl.trace import delta_log
@@ -97,3 +98,19 @@ def test_an_unexpected_exception_is_an_internal_error(
 def test_usage_errors_keep_exit_status_2(pipeline: Path) -> None:
     assert invoke("status")[0] == 2
     assert invoke("rebuild", str(pipeline))[0] == 2
+
+
+def test_an_error_from_sparks_jvm_is_shown_by_its_cause() -> None:
+    """Not by the py4j call that carried it (``o75224.getResult``)."""
+    text = (
+        "An error occurred while calling o75224.getResult.\n"
+        ": org.apache.spark.SparkException: Exception thrown in awaitResult: \n"
+        "\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:70)\n"
+        "Caused by: org.apache.spark.SparkException: Job aborted due to stage failure\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages\n"
+        "Caused by: java.lang.ArithmeticException: / by zero\n"
+    )
+    assert root_cause(text) == "java.lang.ArithmeticException: / by zero"
+    short = "An error occurred while calling o1.sql.\n: org.apache.spark.SparkException: bad\n"
+    assert root_cause(short) == "org.apache.spark.SparkException: bad"
+    assert root_cause("a plain message\nand more") == "a plain message"

@@ -290,12 +290,12 @@ def test_a_batch_is_summed_by_the_driver_and_distinct_updates_only_sorted(
         assert "Aggregate" not in str(planned.rows._jdf.queryExecution().executedPlan())
         return planned
 
-    summed, laid_out = collect_batches([plan(False), plan(True)])
+    summed, laid_out = collect_batches([[plan(False), plan(True)]])
     assert summed is not None and laid_out is not None
     assert laid_out.rows.equals(summed.rows)  # the same rows in the same key-hash order
     hashes = summed.rows.column(KEY_HASH).to_pylist()
     assert hashes == sorted(hashes)
-    [twice] = collect_batches([trace.batch_plan(frame(spark, rows + rows))])
+    [twice] = collect_batches([[trace.batch_plan(frame(spark, rows + rows))]])
     assert twice is not None and twice.rows.column(DIFF).to_pylist() == [
         2 * d for d in summed.rows.column(DIFF).to_pylist()
     ]
@@ -309,7 +309,7 @@ def test_a_batch_is_summed_by_the_driver_and_distinct_updates_only_sorted(
     )
     planned = nested.batch_plan(both)
     assert planned.summed and "Aggregate" in str(planned.rows._jdf.queryExecution().executedPlan())
-    [batch] = collect_batches([planned])
+    [batch] = collect_batches([[planned]])
     assert batch is not None and batch.rows.column(DIFF).to_pylist() == [2]
 
 

@@ -103,6 +103,7 @@ def status(
         print(json.dumps(st.to_json(), indent=2, default=str))
         return
     out.print(f"pipeline [bold]{st.pipeline}[/] (warehouse {st.warehouse})", highlight=False)
+    out.print(f"spark driver memory {st.driver_memory}", highlight=False)
     tick = st.last_tick
     if tick is None:
         out.print("last tick: never")

@@ -20,6 +20,7 @@ from typer.exceptions import TyperException
 
 from dd_etl.cli.consoles import err
 from dd_etl.errors import INTERNAL_ERROR, DdEtlError
+from dd_etl.spark_memory import DRIVER_MEMORY, EXECUTOR_MEMORY, SparkOutOfMemory, exhausted
 
 DEBUG = {"on": False}
 
@@ -31,17 +32,37 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def render(error: Exception) -> NoReturn:
-    """Exit the command because of ``error``, with the status its class gives."""
+    """Exit the command because of ``error``, with the status its class gives; Spark
+    running out of memory where no step caught it is the user's to act on (status
+    3), any other error a bug, shown by what caused it."""
     if DEBUG["on"]:
         traceback.print_exception(error, file=sys.stderr)
     if isinstance(error, DdEtlError):
         fail(error.message, error.exit_code)
-    text = str(error).strip()
-    first = text.splitlines()[0][:500] if text else ""
+    said = root_cause(str(error))
+    sign = exhausted(error)
+    if sign is not None:
+        fail(
+            f"Spark ran out of memory ({sign}): raise {DRIVER_MEMORY} (on a cluster, "
+            f"{EXECUTOR_MEMORY}) under spark.conf in the pipeline file, and run again. "
+            f"Spark said: {said}",
+            SparkOutOfMemory.exit_code,
+        )
     fail(
-        f"{type(error).__name__}: {first} (an internal error; `dd-etl --debug …` shows where)",
+        f"{type(error).__name__}: {said} (an internal error; `dd-etl --debug …` shows where)",
         INTERNAL_ERROR,
     )
+
+
+def root_cause(text: str) -> str:
+    """The line of an error's text that says what went wrong: for an error from
+    Spark's JVM, its deepest cause, not the py4j call that carried it."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by:")]
+    if causes:
+        return causes[-1][:500]
+    thrown = [line.removeprefix(": ") for line in lines[1:] if line.startswith(": ")]
+    return (thrown[0] if thrown else lines[0] if lines else "")[:500]
 
 
 class RenderingGroup(TyperGroup):

@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 
 from dd_etl.errors import ConfigError, ConfigProblem
 from dd_etl.plan.refresh import DEFAULT_FULL_ABOVE, Policy, RefreshPolicy
+from dd_etl.spark_memory import driver_memory
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """Source and view names are SQL table names and directory names."""
@@ -51,6 +52,12 @@ class SparkSettings(_Model):
     """A Spark Connect server, ``sc://host:port``, instead of a master;
     ``DD_ETL_SPARK_REMOTE``, if set, is used in place of a file's master."""
     conf: dict[str, str] = Field(default_factory=dict)
+
+    def driver_memory(self) -> str:
+        """The memory the pipeline's Spark driver runs with, and where it comes from."""
+        if self.remote is not None:
+            return "the Spark Connect server's own"
+        return driver_memory(self.conf).describe()
 
     @model_validator(mode="after")
     def _one_spark(self) -> SparkSettings:

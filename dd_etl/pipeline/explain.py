@@ -11,4 +11,5 @@ def explain_view(pipeline: Pipeline, view: str) -> str:
     if view not in pipeline.flow.views:
         raise PlanError(f"unknown view {view!r}; views are {sorted(pipeline.flow.views)}")
     policy = pipeline.flow.refresh_policy(view).describe()
-    return f"{explain(pipeline.collections[view])}\nrefresh {policy}"
+    memory = pipeline.loaded.config.spark.driver_memory()
+    return f"{explain(pipeline.collections[view])}\nrefresh {policy}\nspark driver memory {memory}"

@@ -34,6 +34,7 @@ from dd_etl.spark_driver import driver_for
 from dd_etl.trace.batch_writer import Computed, TraceAppend, write_together
 from dd_etl.trace.delta_trace import PlannedBatch
 from dd_etl.trace.executor_writes import ExecutorBatch
+from dd_etl.trace.job_groups import WriteCost
 
 Locate = Callable[[], str | None]
 """Where in a source a value lies that cannot be cast (``Capture.locate``)."""
@@ -60,6 +61,10 @@ class _Captured:
 
     def to_write_on_executors(self) -> ExecutorBatch | None:
         return self.append.to_write_on_executors()
+
+    @property
+    def cost(self) -> WriteCost:
+        return self.append.cost
 
     def commit(self, computed: Computed | None) -> bool:
         with taken_in(self.pipeline, self.name, self.locate):
@@ -99,7 +104,7 @@ def ingest(
     if small:
         with profiler.trace("ingest"), applied(rt.spark, SMALL):
             try:
-                write_together(small, SMALL.placement)
+                write_together(small, SMALL.placement, driver_for(rt.spark).memory())
             except _SPARK_ERRORS:
                 for captured in small:
                     captured.commit(None)

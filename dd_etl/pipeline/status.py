@@ -48,6 +48,7 @@ class PipelineStatus:
     internal_records: int
     last_tick: dict[str, Any] | None
     last_run: dict[str, Any] | None = None  # the last tick's epoch and cost profile
+    driver_memory: str = ""  # what the pipeline's Spark driver runs with, and why
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +122,7 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
         internal_records,
         None if tick is None else tick.to_json(),
         last_profile(warehouse),
+        config.spark.driver_memory(),
     )
 
 

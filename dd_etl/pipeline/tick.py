@@ -40,6 +40,7 @@ from dd_etl.runtime.sizing import SMALL, applied, for_records
 from dd_etl.sinks.delta_table import EpochCommit, SinkWrite
 from dd_etl.sources.base import Capture
 from dd_etl.spark import command_movable
+from dd_etl.spark_driver import driver_for
 from dd_etl.trace.batch_writer import write_together
 from dd_etl.trace.placement import Placement
 
@@ -186,7 +187,7 @@ def _commit(
     for view in (v for v, sinks in planned.items() if sinks):
         progress(f"sink:{view}", "", 0.0)
     commits = [c for sinks in planned.values() for _, c in sinks if c is not None]
-    done = write_together(commits, placement)
+    done = write_together(commits, placement, driver_for(pipeline.runtime.spark).memory())
     wrote = iter(done)
     writes: dict[str, SinkWrite | None] = {}
     for view, sinks in planned.items():

@@ -62,6 +62,35 @@ def traces_read(node: n.Node) -> list[n.Node]:
     return list(found.values())
 
 
+def memory_operators(node: n.Node) -> int:
+    """About how many hash tables and sorts the plan of ``node``'s changes runs in a
+    task, each holding memory until the task ends: its own operator's and those of
+    the operators between it and the traces it reads. A join's two delta terms
+    hash or sort a side each, a reduction hashes the keys it touches, joins their
+    history and aggregates it; projections, filters and unions hold nothing."""
+    seen: set[str] = set()
+
+    def count(x: n.Node) -> int:
+        if x.id in seen:
+            return 0
+        seen.add(x.id)
+        own = _MEMORY_OPERATORS.get(type(x), 0) * (
+            len(x.inputs) if isinstance(x, n.DeltaQuery) else 1
+        )
+        return own + sum(count(i) for i in x.inputs if i.trace_name is None)
+
+    return max(count(node), 1)
+
+
+_MEMORY_OPERATORS: dict[type[n.Node], int] = {
+    n.Join: 2,
+    n.DeltaQuery: 2,
+    n.Reduce: 3,
+    n.Accumulate: 2,
+    n.Consolidate: 1,
+}
+
+
 ONE_ROW_PER_KEY = frozenset({"distinct", "count", "min", "max", "min_max", "collapse"})
 """Reductions whose output holds at most one row per key."""
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from dd_etl.lattice import Antichain
 from dd_etl.plan import nodes as n
-from dd_etl.plan.graph import layers, upstream
+from dd_etl.plan.graph import dependants, layers, upstream
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import Profiler, RunProfile
 from dd_etl.runtime.catalog import RunTarget
@@ -50,6 +50,7 @@ from dd_etl.runtime.iteration import Round
 from dd_etl.runtime.sizing import applied, for_records
 from dd_etl.spark import full_compiler_for
 from dd_etl.spark_driver import driver_for
+from dd_etl.spark_memory import SparkOutOfMemory
 from dd_etl.trace.batch_writer import write_together
 
 PARALLEL_TRACES = 4
@@ -115,9 +116,10 @@ def _execute(
     full_compiler_for(records)
     rt.discard_unmaintained(full)
     state = sum(rt.trace(x).state.records for x in rt.stateful_nodes(chosen, unmaintained))
-    sizing = for_records(records, state, driver_for(rt.flow.spark).default_parallelism())
+    driver = driver_for(rt.flow.spark)
+    sizing = for_records(records, state, driver.default_parallelism())
     profiler.sizing = sizing.name
-    interval = Interval(rt, lower, upper, sizing, full)
+    interval = Interval(rt, lower, upper, sizing, driver.memory(), full)
     with applied(rt.flow.spark, sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:
         # 4. layer by layer. Traces of one depth depend only on shallower ones: plan
         # them side by side, and write their batches together (``batch_writer``).
@@ -168,13 +170,20 @@ def _bring_layer(
 
     appends = [a for a in pool.map(plan, layer) if a is not None]
     placement = interval.sizing.placement
-    appended = write_together(
-        [a.write for a in appends],
-        placement,
-        pool,
-        job_label=f"{LAYER_LABEL}/{depth}",
-        after_job="layer.collected" if placement.driver else "layer.written",
-    )
+    try:
+        appended = write_together(
+            [a.write for a in appends],
+            placement,
+            interval.memory,
+            pool,
+            job_label=f"{LAYER_LABEL}/{depth}",
+            after_job="layer.collected" if placement.driver else "layer.written",
+        )
+    except SparkOutOfMemory as e:
+        views = dependants(list(interval.traces.flow.views.values()), {x.id for x in layer})
+        names = ", ".join(v.name for v in views[:10]) + (", …" if len(views) > 10 else "")
+        what = f"layer {depth} of the run ({len(layer)} traces, which views {names} read)"
+        raise SparkOutOfMemory(what, e.memory, e.cause) from e
     for planned, done in zip(appends, appended, strict=True):
         interval.appended(planned, done)
     list(pool.map(bring, layer))

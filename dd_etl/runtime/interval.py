@@ -22,7 +22,13 @@ from dd_etl import sql_text
 from dd_etl.errors import InvariantViolation, PlanError
 from dd_etl.lattice import Antichain
 from dd_etl.plan import nodes as n
-from dd_etl.plan.graph import batch_bound, dependants, distinct_updates, traces_read
+from dd_etl.plan.graph import (
+    batch_bound,
+    dependants,
+    distinct_updates,
+    memory_operators,
+    traces_read,
+)
 from dd_etl.runtime.catalog import RunTarget
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.full_refresh import full_changes
@@ -30,6 +36,7 @@ from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.rules import linear_rule, rule_for
 from dd_etl.runtime.sizing import Sizing, for_records
 from dd_etl.spark_driver import driver_for
+from dd_etl.spark_memory import SparkMemory
 from dd_etl.sql_text import quote
 from dd_etl.trace.batch_writer import TraceAppend
 from dd_etl.trace.columns import DIFF, TIME
@@ -73,6 +80,7 @@ class Interval:
         lower: int,
         upper: int,
         sizing: Sizing,
+        memory: SparkMemory,
         recomputed: Collection[str] = (),
         done: _Done | None = None,
     ) -> None:
@@ -80,6 +88,8 @@ class Interval:
         self.lower = lower
         self.upper = upper
         self.sizing = sizing
+        self.memory = memory
+        """What Spark's tasks share: how many batches one job computes."""
         self.recomputed = recomputed
         self.done = _Done() if done is None else done
 
@@ -92,7 +102,9 @@ class Interval:
     def sized(self, sizing: Sizing) -> Interval:
         """This interval, its layer computed as ``sizing`` says, with what it found
         and did so far."""
-        return Interval(self.traces, self.lower, self.upper, sizing, self.recomputed, self.done)
+        return Interval(
+            self.traces, self.lower, self.upper, sizing, self.memory, self.recomputed, self.done
+        )
 
     def delta(self, node: n.Node) -> DataFrame:
         if node.id not in self.done.deltas:
@@ -156,6 +168,7 @@ class Interval:
             placement=self.sizing.placement,
             holds=self.traces.released(node, self.lower - 1) if self.lower > 0 else None,
             label=trace_label(node),
+            operators=memory_operators(node),
         )
         if self._unchanged_inputs(node):
             # nothing in, nothing out: an empty batch, committed without a Spark job
@@ -325,7 +338,7 @@ class Interval:
         """A top-level loop run over the epochs ``[start, upper)`` (``LoopRun``):
         its output's changes, its inner traces appended, its rounds reported."""
         views = [v.name for v in dependants(list(self.traces.flow.views.values()), {loop.id})]
-        run = LoopRun(self.traces, loop, self.delta, views, self.sizing.placement)
+        run = LoopRun(self.traces, loop, self.delta, views, self.sizing.placement, self.memory)
         try:
             return run.run(start, self.upper)
         finally:

@@ -54,9 +54,10 @@ from dd_etl.runtime.loop_epoch import (
     pad,
 )
 from dd_etl.runtime.rules import rule_for
+from dd_etl.spark_memory import SparkMemory
 from dd_etl.trace.batch_writer import TraceAppend, write_together
 from dd_etl.trace.columns import DIFF, TIME
-from dd_etl.trace.placement import BULK, Placement
+from dd_etl.trace.placement import Placement
 
 if TYPE_CHECKING:
     from dd_etl.runtime.catalog import TraceCatalog
@@ -103,7 +104,8 @@ class LoopRun:
         loop: n.Iterate,
         outer: Callable[[n.Node], DataFrame],
         views: list[str],
-        placement: Placement = BULK,
+        placement: Placement,
+        memory: SparkMemory,
     ) -> None:
         self.traces = traces
         self.loop = loop
@@ -111,6 +113,7 @@ class LoopRun:
         self.views = views
         self.placement = placement  # where the interval's reads and writes run; in the
         # driver's (a small interval), the epoch's state is held there too
+        self.memory = memory  # what the jobs writing its inner traces share
         self.nest = loop_nest(loop)
         self.traced = inner_traces(loop)
         self.histories = histories_read(loop)
@@ -165,7 +168,7 @@ class LoopRun:
         ]
         # separate traces: computed together, committed side by side
         with ThreadPoolExecutor(max_workers=len(traces) or 1) as pool:
-            write_together(appends, self.placement, pool)
+            write_together(appends, self.placement, self.memory, pool)
         failpoint("loop.epoch_appended")
         return linear.consolidate(leave.withColumn(TIME, F.lit(e).cast("long")))
 

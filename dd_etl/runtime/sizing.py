@@ -107,6 +107,10 @@ SMALL = Sizing(
         # no constraints inferred for every operator of every plan: the filters
         # they would add (``isnotnull``) or prune save nothing on a few thousand rows
         "spark.sql.constraintPropagation.enabled": "false",
+        # a union of one-partition plans (the traces of a layer, computed by one
+        # job) is as many partitions, a task each: else Spark zips their partitions
+        # into one task, which holds the hash tables of every plan at once
+        "spark.sql.unionOutputPartitioning": "false",
     },
 )
 LARGE = Sizing("large", BULK)

@@ -34,10 +34,11 @@ from pyspark.sql.types import StructType
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import SinkError
 from dd_etl.failpoints import failpoint
-from dd_etl.profiling import count_bytes
+from dd_etl.profiling import count_bytes, count_commit
 from dd_etl.trace.arrow_files import write_files
 from dd_etl.trace.batch_writer import Computed, Write
 from dd_etl.trace.delta_trace import CollectedBatch, PlannedBatch
+from dd_etl.trace.job_groups import WriteCost
 from dd_etl.trace.spark_files import ROWS_PER_FILE
 
 EPOCH_META = "dd_etl.epoch"
@@ -266,6 +267,7 @@ class SinkTable:
             list(actions), "append", table.schema(), commit_properties=properties
         )
         count_bytes(written=size)
+        count_commit()
         table.update_incremental()
         return SinkWrite(epoch, table.version(), "WRITE", added, removed, size, replace)
 
@@ -277,7 +279,7 @@ class SinkTable:
             write_files(self.uri, directory, rows, ROWS_PER_FILE)  # the attempt's own directory
         else:
             writer = rows.write.option("maxRecordsPerFile", ROWS_PER_FILE)
-            writer.mode("errorifexists").parquet(str(target))
+            writer.mode("error").parquet(str(target))
         now = int(time.time() * 1000)
         adds = []
         total = 0
@@ -325,6 +327,10 @@ class SinkCommit:
 
     def to_write_on_executors(self) -> None:
         return None
+
+    @property
+    def cost(self) -> WriteCost:
+        return WriteCost()
 
     def commit(self, computed: Computed | None = None) -> SinkWrite | None:
         """Commit the epoch, its rows as the driver collected them when given, else

@@ -47,11 +47,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType
 
 from dd_etl.failpoints import failpoint
-from dd_etl.profiling import SPARK, count_bytes, phase
+from dd_etl.profiling import SPARK, count_bytes, count_commit, phase
 from dd_etl.sinks.delta_table import EPOCH_META, SinkLog, SinkTable, SinkWrite
 from dd_etl.spark import conf_applied
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF
+from dd_etl.trace.job_groups import WriteCost
 from dd_etl.trace.spark_files import ROWS_PER_FILE
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -102,6 +103,10 @@ class SparkCommit:
     def to_write_on_executors(self) -> None:
         return None
 
+    @property
+    def cost(self) -> WriteCost:
+        return WriteCost()
+
     def commit(self, computed: object = None) -> SinkWrite:
         self._enable_deletion_vectors()
         failpoint("sink.spark_planned")
@@ -119,6 +124,7 @@ class SparkCommit:
         written = None if log is None else log.last_write()
         assert written is not None and written.epoch == self.epoch, "Spark skipped the commit"
         count_bytes(written=written.bytes_added)
+        count_commit()
         return written
 
     def _enable_deletion_vectors(self) -> None:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from dd_etl.spark_memory import SparkMemory
+
 
 class DriverStatus(Protocol):
     """What the driver tells of its work: Spark jobs labelled by group, as a run's
@@ -57,6 +59,11 @@ class Driver(Protocol):
         """``GROUP BY keys`` (column names) computing ``aggregates`` (SQL with aliases)."""
         ...
 
+    def union(self, dfs: Sequence[DataFrame]) -> DataFrame:
+        """``dfs`` (of one layout) as one union, analysed once: a union built one
+        ``DataFrame.union`` at a time is analysed again with every child added."""
+        ...
+
     def expr(self, text: str) -> Column:
         """``F.expr(text)``."""
         ...
@@ -79,6 +86,11 @@ class Driver(Protocol):
 
     def default_parallelism(self) -> int:
         """How many tasks Spark runs at once, as it sizes a stage by default."""
+        ...
+
+    def memory(self) -> SparkMemory:
+        """The memory an executor's tasks share, as Spark sized it (or, where
+        Spark does not tell its client, as its settings size it)."""
         ...
 
     def status(self) -> DriverStatus | None:

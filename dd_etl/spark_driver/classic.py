@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -24,6 +25,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from dd_etl.spark_memory import (
+    DRIVER_MEMORY,
+    EXECUTOR_MEMORY,
+    FRACTION,
+    SparkMemory,
+    size_bytes,
+)
 from dd_etl.sql_syntax import quote
 
 _SEPARATOR = "\x1f"
@@ -31,6 +39,9 @@ _SEPARATOR = "\x1f"
 _GROUP_PROPERTY = "spark.jobGroup.id"
 _READ_ARROW = "org.apache.spark.sql.api.python.PythonSQLUtils.readArrowStreamFromFile"
 _TO_DATAFRAME = "org.apache.spark.sql.api.python.PythonSQLUtils.toDataFrame"
+_TO_SEQ = "org.apache.spark.api.python.PythonUtils.toSeq"
+_UNION = "org.apache.spark.sql.catalyst.plans.logical.Union"
+_OF_ROWS = "org.apache.spark.sql.classic.Dataset.ofRows"
 
 
 class ClassicDriver:
@@ -39,6 +50,7 @@ class ClassicDriver:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self._jvm = spark._jvm
+        self._memory: SparkMemory | None = None
 
     def select(self, df: DataFrame, exprs: Sequence[str]) -> DataFrame:
         strings = self._strings(exprs)
@@ -53,6 +65,14 @@ class ClassicDriver:
         first, *rest = aggregates
         grouped = df._jdf.groupBy(quote(keys[0]), strings)
         return DataFrame(grouped.agg(self._expr(first), self._columns(rest)), df.sparkSession)
+
+    def union(self, dfs: Sequence[DataFrame]) -> DataFrame:
+        if len(dfs) == 1:
+            return dfs[0]
+        plans = _member(self._jvm, _TO_SEQ)([df._jdf.logicalPlan() for df in dfs])
+        union = _member(self._jvm, _UNION)(plans, False, False)
+        session = self.spark._jsparkSession
+        return DataFrame(_member(self._jvm, _OF_ROWS)(session, union), self.spark)
 
     def expr(self, text: str) -> Column:
         return Column(self._expr(text))
@@ -97,6 +117,27 @@ class ClassicDriver:
 
     def default_parallelism(self) -> int:
         return int(self.spark.sparkContext.defaultParallelism)
+
+    def memory(self) -> SparkMemory:
+        """On local Spark the executor is this JVM: its heap and page size as they
+        are; elsewhere as the executors' settings size them."""
+        if self._memory is None:
+            context = self.spark.sparkContext
+            conf = context.getConf()
+            fraction = conf.get(FRACTION)
+            if (context.master or "local").startswith("local"):
+                heap = int(_member(self._jvm, "java.lang.Runtime").getRuntime().maxMemory())
+                shown = conf.get(DRIVER_MEMORY, "1g") or "1g"
+                tasks = self.default_parallelism()
+                sized = SparkMemory.of_heap(heap, tasks, DRIVER_MEMORY, shown, fraction)
+                env = _member(self._jvm, "org.apache.spark.SparkEnv").get()
+                self._memory = replace(sized, page_bytes=int(env.memoryManager().pageSizeBytes()))
+            else:
+                shown = conf.get(EXECUTOR_MEMORY, "1g") or "1g"
+                heap = size_bytes(shown) or 1 << 30
+                cores = int(conf.get("spark.executor.cores", "1") or "1")
+                self._memory = SparkMemory.of_heap(heap, cores, EXECUTOR_MEMORY, shown, fraction)
+        return self._memory
 
     def status(self) -> ClassicStatus:
         return ClassicStatus(self.spark)

@@ -10,6 +10,7 @@ is split into. Spark does not tell a Connect client the jobs it ran.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,14 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+
+from dd_etl.spark_memory import (
+    DRIVER_MEMORY,
+    EXECUTOR_MEMORY,
+    FRACTION,
+    SparkMemory,
+    size_bytes,
+)
 
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
 _SIZE = re.compile(r"Statistics\(sizeInBytes=([0-9.E+]+) (B|KiB|MiB|GiB|TiB|PiB|EiB)")
@@ -54,6 +63,9 @@ class ConnectDriver:
     def group(self, df: DataFrame, keys: Sequence[str], aggregates: Sequence[str]) -> DataFrame:
         return df.groupBy(*keys).agg(*[F.expr(a) for a in aggregates])
 
+    def union(self, dfs: Sequence[DataFrame]) -> DataFrame:
+        return functools.reduce(DataFrame.union, dfs)  # a plan sent whole, analysed once
+
     def expr(self, text: str) -> Column:
         return F.expr(text)
 
@@ -72,6 +84,16 @@ class ConnectDriver:
     def default_parallelism(self) -> int:
         """The splits of a ``range`` with none asked for: Spark's default parallelism."""
         return range_splits(_explained(self.spark.range(1), "simple"))
+
+    def memory(self) -> SparkMemory:
+        """As the server's settings size its executors' memory, which a client can
+        read (its heap it cannot): the driver's on a local server."""
+        master = self.spark.conf.get("spark.master", "local") or "local"
+        setting = DRIVER_MEMORY if master.startswith("local") else EXECUTOR_MEMORY
+        shown = self.spark.conf.get(setting, "1g") or "1g"
+        heap = size_bytes(shown) or 1 << 30
+        fraction = self.spark.conf.get(FRACTION, None)
+        return SparkMemory.of_heap(heap, self.default_parallelism(), setting, shown, fraction)
 
     def status(self) -> None:
         return None

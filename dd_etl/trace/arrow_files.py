@@ -102,15 +102,18 @@ def read_table(
     return pa.concat_tables([t.cast(types) for t in parts]) if parts else types.empty_table()
 
 
-def collect_each(dfs: Sequence[DataFrame], at_most: Sequence[int]) -> list[pa.Table | None]:
+def collect_each(
+    dfs: Sequence[DataFrame], at_most: Sequence[int], tasks: Sequence[int] | None = None
+) -> list[pa.Table | None]:
     """The rows of each of ``dfs`` in the driver, in its order, or None for one with
     more rows than its ``at_most``: all in one Spark job (``slots.tagged_union``),
-    which brings at most ``at_most + 1`` rows of each to the driver. Each
-    DataFrame must be one partition (its order is kept)."""
+    which brings at most ``at_most + 1`` rows of each to the driver; consecutive
+    ones computed by one task, as many as ``tasks`` says for each (default: all
+    by one). Each DataFrame must be one partition (its order is kept)."""
     if not dfs:
         return []
     limited = [df.limit(limit + 1) for df, limit in zip(dfs, at_most, strict=True)]
-    union, placement = tagged_union(limited)
+    union, placement = tagged_union(limited, tasks=tasks or [len(dfs)])
     table = union.toArrow()
     out: list[pa.Table | None] = []
     for i, (df, limit, placed) in enumerate(zip(dfs, at_most, placement, strict=True)):

@@ -6,18 +6,21 @@ traces at an epoch, the sources taking an epoch in, a tick's sinks. Each is
 planned apart (``Write``), and the interval's ``Placement``, decided once by the
 caller, says how Spark computes them together:
 
-* in the driver's placement, one Spark job per ``COLLECTED_PER_JOB`` writes
-  computes the rows of all of them into the driver (``collect_batches``), and
-  each write commits the rows it is handed, with no Spark job of its own: the
-  few hundred rows of a small interval cost a job for all, not a job each;
+* in the driver's placement, Spark jobs compute the rows of all of them into the
+  driver (``collect_batches``), as many writes a job as Spark's memory allows
+  (``job_groups``), and each write commits the rows it is handed, with no Spark
+  job of its own: the few hundred rows of a small interval cost a job for all,
+  not a job each;
 * on the executors, one Spark job writes the files of those batches that ask to
   be written with others (``executor_writes.write_each``), and each commits the
   files written for it;
 * any write given nothing (more rows than the driver takes, a batch written
   alone, a failed shared job retried apart) computes and writes itself.
 
-A crash between the shared job and the commits loses nothing: files nobody
-committed are never read, and the next run plans the same writes again.
+A shared job that runs Spark out of memory (or loses an executor) is run again
+as a job per write; one that fails alone is ``SparkOutOfMemory``, naming what
+to raise. A crash between the shared job and the commits loses nothing: files
+nobody committed are never read, and the next run plans the same writes again.
 """
 
 from __future__ import annotations
@@ -28,19 +31,26 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
-from dd_etl.profiling import traced
+from dd_etl.profiling import count_grouped, traced
+from dd_etl.spark_memory import SparkMemory, SparkOutOfMemory, exhausted
 from dd_etl.trace.batch import WrittenBatch
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch, collect_batches
 from dd_etl.trace.executor_writes import ExecutorBatch, write_each
+from dd_etl.trace.job_groups import WriteCost, job_groups
 from dd_etl.trace.placement import Placement
 from dd_etl.trace.state import TraceState
 
 R_co = TypeVar("R_co", covariant=True)
 R = TypeVar("R")
+T = TypeVar("T")
+U = TypeVar("U")
+SPARK_ERRORS = (PySparkException, Py4JJavaError)
 
 Computed = CollectedBatch | WrittenBatch
 """What the shared job made of a write: its rows in the driver, or its files."""
@@ -60,6 +70,11 @@ class Write(Protocol[R_co]):
         is written alone, or has none."""
         ...
 
+    @property
+    def cost(self) -> WriteCost:
+        """What its plan holds in a task, for the writes sharing a job to fit."""
+        ...
+
     def commit(self, computed: Computed | None) -> R_co:
         """Make the write, of what the shared job ``computed`` for it, or (None) of
         rows it computes itself."""
@@ -69,15 +84,16 @@ class Write(Protocol[R_co]):
 def write_together(
     writes: Sequence[Write[R]],
     placement: Placement,
+    memory: SparkMemory,
     pool: Executor | None = None,
     job_label: str | None = None,
     after_job: str | None = None,
 ) -> list[R]:
     """Make ``writes`` (their results in order): their rows computed by shared
-    Spark jobs as ``placement`` says (``computed_together``), then each
-    committed, side by side on ``pool`` when given (separate tables commit
-    independently), else in turn."""
-    computed = computed_together(writes, placement, pool, job_label, after_job)
+    Spark jobs as ``placement`` says and ``memory`` allows (``computed_together``),
+    then each committed, side by side on ``pool`` when given (separate tables
+    commit independently), else in turn."""
+    computed = computed_together(writes, placement, memory, pool, job_label, after_job)
     made = list(zip(writes, computed, strict=True))
     return _each(pool, lambda wc: wc[0].commit(wc[1]), made)
 
@@ -85,29 +101,41 @@ def write_together(
 def computed_together(
     writes: Sequence[Write[object]],
     placement: Placement,
+    memory: SparkMemory,
     pool: Executor | None = None,
     job_label: str | None = None,
     after_job: str | None = None,
 ) -> list[Computed | None]:
     """What shared Spark jobs compute for each of ``writes`` as ``placement`` says
     (None for a write left to itself), planned side by side on ``pool``; no job
-    when none is needed. The jobs' work is attributed to ``job_label`` in the
-    run's profile, and the failpoint ``after_job`` is reached once they ran."""
+    when none is needed. In the driver's placement the writes share jobs as
+    ``memory`` allows (``job_groups``). The jobs' work is attributed to
+    ``job_label`` in the run's profile, and the failpoint ``after_job`` is
+    reached once they ran."""
     label = traced(job_label) if job_label is not None else nullcontext()
     computed: list[Computed | None] = [None] * len(writes)
+    what = job_label or "a shared job"
     if placement.driver:
         plans = _each(pool, lambda w: w.to_collect(), writes)
-        if all(p is None for p in plans):
+        ids = [i for i, p in enumerate(plans) if p is not None]
+        planned = [p for p in plans if p is not None]
+        if not planned:
             return computed
         with label:
-            computed = list(collect_batches(plans))
+            jobs = job_groups([writes[i].cost for i in ids], memory)
+            count_grouped(len(jobs))
+            for job in jobs:
+                tasks = [[planned[j] for j in task] for task in job]
+                batches = _in_jobs(collect_batches, tasks, memory, what)
+                for i, batch in zip([ids[j] for task in job for j in task], batches, strict=True):
+                    computed[i] = batch
     else:
-        batches = _each(pool, lambda w: w.to_write_on_executors(), writes)
-        together = [(i, b) for i, b in enumerate(batches) if b is not None]
+        executor_batches = _each(pool, lambda w: w.to_write_on_executors(), writes)
+        together = [(i, b) for i, b in enumerate(executor_batches) if b is not None]
         if not together:
             return computed
         with label:
-            written = write_each([b for _, b in together])
+            written = _in_jobs(_write_each, [[b] for _, b in together], memory, what)
         for (i, _), files in zip(together, written, strict=True):
             computed[i] = files
     if after_job is not None:
@@ -115,8 +143,31 @@ def computed_together(
     return computed
 
 
-T = TypeVar("T")
-U = TypeVar("U")
+def _in_jobs(
+    job: Callable[[Sequence[Sequence[T]]], Sequence[U]],
+    tasks: Sequence[Sequence[T]],
+    memory: SparkMemory,
+    what: str,
+) -> list[U]:
+    """``job(tasks)``: one Spark job, computing the items of each task together;
+    if it runs Spark out of memory, a job for each item, and ``SparkOutOfMemory``
+    if one fails alone. The results of the items, in order."""
+    try:
+        failpoint(f"{what}.job")
+        return list(job(tasks))
+    except SPARK_ERRORS as e:
+        sign = exhausted(e)
+        if sign is None:
+            raise
+        items = [item for task in tasks for item in task]
+        if len(items) == 1:
+            raise SparkOutOfMemory(what, memory, sign) from e
+    return [out for item in items for out in _in_jobs(job, [[item]], memory, what)]
+
+
+def _write_each(tasks: Sequence[Sequence[ExecutorBatch]]) -> list[WrittenBatch]:
+    """``write_each``, whose job slices each batch into tasks itself."""
+    return write_each([batch for task in tasks for batch in task])
 
 
 def _each(pool: Executor | None, f: Callable[[T], U], items: Sequence[T]) -> list[U]:
@@ -150,6 +201,12 @@ class TraceAppend:
     label: str | None = None
     """What its commit's work is attributed to in the run's profile (None: the
     caller's label)."""
+    operators: int = 1
+    """Hash tables and sorts its plan runs in a task (``plan.graph.memory_operators``)."""
+
+    @property
+    def cost(self) -> WriteCost:
+        return WriteCost(self.operators, self.at_most or 0)
 
     def to_collect(self) -> PlannedBatch | None:
         if self.at_most == 0:

@@ -29,7 +29,7 @@ from pyspark.sql.types import DataType, StructType
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
-from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, phase
+from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, count_commit, phase
 from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
 from dd_etl.trace import arrow_files, delta_log, driver_merge, spark_files, summary
@@ -122,25 +122,21 @@ def plan_batch(
     return PlannedBatch(spark_files.consolidate(stored, 1, distinct), at_most, True, distinct)
 
 
-COLLECTED_PER_JOB = 8
-"""Batches one Spark job computes into the driver at most: each may be up to a
-file's worth, and the driver holds all of a job's at once."""
-
-
-def collect_batches(planned: Sequence[PlannedBatch | None]) -> list[CollectedBatch | None]:
-    """The ``planned`` batches, computed by one Spark job per ``COLLECTED_PER_JOB``
-    of them and held by the driver (None for no plan, and for a batch of more than
-    its ``at_most`` rows, which its trace then writes with Spark on its own)."""
-    order = [i for i, p in enumerate(planned) if p is not None]
-    collected: dict[int, CollectedBatch | None] = {}
-    for start in range(0, len(order), COLLECTED_PER_JOB):
-        ids = order[start : start + COLLECTED_PER_JOB]
-        plans = [p for i in ids if (p := planned[i]) is not None]
-        with phase(SPARK):
-            tables = arrow_files.collect_each([p.rows for p in plans], [p.at_most for p in plans])
-        for i, plan, table in zip(ids, plans, tables, strict=True):
-            collected[i] = None if table is None else plan.collected(table)
-    return [collected.get(i) for i in range(len(planned))]
+def collect_batches(tasks: Sequence[Sequence[PlannedBatch]]) -> list[CollectedBatch | None]:
+    """The planned batches, computed by one Spark job, those of each of ``tasks``
+    by one task, and held by the driver, in order (None for a batch of more than
+    its ``at_most`` rows, which its trace then writes with Spark on its own).
+    Which batches share a job and a task is the caller's to decide
+    (``batch_writer``): the driver holds all of a job's at once."""
+    planned = [p for task in tasks for p in task]
+    with phase(SPARK):
+        tables = arrow_files.collect_each(
+            [p.rows for p in planned], [p.at_most for p in planned], [len(t) for t in tasks]
+        )
+    return [
+        None if table is None else plan.collected(table)
+        for plan, table in zip(planned, tables, strict=True)
+    ]
 
 
 class DeltaStorage:
@@ -160,7 +156,9 @@ class DeltaStorage:
 
     def commit(self, expected_version: int, commit: Commit) -> int:
         with phase(DELTA_LOG):
-            return delta_log.commit(self.uri, expected_version, commit)
+            version = delta_log.commit(self.uri, expected_version, commit)
+        count_commit()
+        return version
 
     def write_batch(
         self,
@@ -215,7 +213,7 @@ class DeltaStorage:
         by Spark's executors (``spark_files.write_files``)."""
         if placement.driver and (records is None or records <= self.rows_per_file):
             at_most = self.rows_per_file if records is not None else DRIVER_WRITTEN_RECORDS
-            [batch] = collect_batches([plan_batch(state, stored, at_most, distinct)])
+            [batch] = collect_batches([[plan_batch(state, stored, at_most, distinct)]])
             if batch is not None:
                 return self._write_collected(state, directory, batch.rows)
         return spark_files.write_files(

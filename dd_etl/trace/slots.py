@@ -10,12 +10,12 @@ as wide as the widest of them, plus a slot for each type only some of them have.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StructType
 
 from dd_etl import sql_text
+from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
 
 PART = "__part"
@@ -26,11 +26,12 @@ def slot(k: int) -> str:
 
 
 def tagged_union(
-    dfs: Sequence[DataFrame], shared: Sequence[str] = ()
+    dfs: Sequence[DataFrame], shared: Sequence[str] = (), tasks: Sequence[int] | None = None
 ) -> tuple[DataFrame, list[list[int]]]:
     """``dfs`` as one DataFrame of ``PART``, the ``shared`` columns (which each has,
     of one type: what the union is ordered by) and slots, and the slot of each
-    column of each of them, in its order."""
+    column of each of them, in its order. With ``tasks``, consecutive ones (as
+    many as each says) are one partition, computed by one task."""
     slots, placement = _slots([df.schema for df in dfs])
     parts = []
     for i, (df, placed) in enumerate(zip(dfs, placement, strict=True)):
@@ -45,7 +46,15 @@ def tagged_union(
             *[f"{e} AS {slot(k)}" for k, e in enumerate(filled)],
         ]
         parts.append(sql_text.select(df, exprs))
-    return reduce(DataFrame.union, parts), placement
+    driver = driver_for(dfs[0].sparkSession)
+    if tasks is None:
+        return driver.union(parts), placement
+    together = []
+    start = 0
+    for count in tasks:
+        together.append(driver.union(parts[start : start + count]).coalesce(1))
+        start += count
+    return driver.union(together), placement
 
 
 def _slots(schemas: Sequence[StructType]) -> tuple[list[DataType], list[list[int]]]:

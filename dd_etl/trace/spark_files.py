@@ -175,7 +175,7 @@ def write_files(
     out = consolidate(df, partitions, distinct, shuffled, hashes)
     target = os.path.join(root, directory)
     with phase(SPARK):
-        writer = out.write.mode("errorifexists").option("maxRecordsPerFile", rows_per_file)
+        writer = out.write.mode("error").option("maxRecordsPerFile", rows_per_file)
         writer.parquet(target)
     return describe_files(root, directory, state)
 
