@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_incremental.py
 	$(BIN)/python bench/bench_bfs.py
 	$(BIN)/python bench/bench_dagster_runs.py
+	$(BIN)/python bench/bench_many_views.py
 
 clean:
 	-$(BIN)/dd-etl server stop 2>/dev/null

@@ -159,7 +159,7 @@ class SparkOutOfMemory(PipelineError):
 
     def __init__(self, what: str, memory: SparkMemory, cause: str) -> None:
         super().__init__(
-            f"Spark ran out of memory computing {what}, even one write per job "
+            f"Spark ran out of memory computing {what}, even one write a job "
             f"({cause}). Its tasks share {memory.pool_bytes >> 20} MiB "
             f"({memory.setting} = {memory.shown}); raise {memory.setting} under "
             "spark.conf in the pipeline file and run again. Nothing of this step "

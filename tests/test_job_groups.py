@@ -4,8 +4,12 @@ apart from bugs. No Spark."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pyspark.errors import PySparkException
 
 from dd_etl.spark_memory import (
     GIB,
@@ -16,6 +20,7 @@ from dd_etl.spark_memory import (
     exhausted,
     size_bytes,
 )
+from dd_etl.trace.batch_writer import _in_jobs
 from dd_etl.trace.job_groups import COLLECTED_SHARE, ROW_BYTES, WriteCost, job_groups
 
 MIB = 1 << 20
@@ -108,3 +113,27 @@ def test_spark_running_out_of_memory_is_told_apart_from_a_bug() -> None:
     error = SparkOutOfMemory("layer 3 of the run", memory(100), "ExecutorLostFailure")
     assert error.exit_code == 3
     assert "raise spark.driver.memory" in error.message and "100 MiB" in error.message
+
+
+def test_a_job_out_of_memory_is_computed_again_in_halves() -> None:
+    """Halves, a task each, halved again while they fail; a write failing alone is
+    ``SparkOutOfMemory``; an error that is not Spark's memory is not retried."""
+    ran: list[list[int]] = []
+
+    def job(tasks: Sequence[Sequence[int]], fits: int = 2) -> list[int]:
+        items = [i for task in tasks for i in task]
+        ran.append(items)
+        if len(items) > fits:
+            raise PySparkException(message="[AGGREGATE_OUT_OF_MEMORY] No enough memory")
+        return [10 * i for i in items]
+
+    assert _in_jobs(job, [[0, 1, 2], [3, 4]], memory(64), "layers/1") == [0, 10, 20, 30, 40]
+    assert ran == [[0, 1, 2, 3, 4], [0, 1, 2], [0, 1], [2], [3, 4]]
+    with pytest.raises(SparkOutOfMemory, match="layers/1"):
+        _in_jobs(lambda tasks: job(tasks, fits=0), [[0, 1]], memory(64), "layers/1")
+
+    def bug(tasks: Sequence[Sequence[int]]) -> list[int]:
+        raise PySparkException(message="[DIVIDE_BY_ZERO] not about memory")
+
+    with pytest.raises(PySparkException, match="DIVIDE_BY_ZERO"):
+        _in_jobs(bug, [[0, 1]], memory(64), "layers/1")

@@ -81,7 +81,7 @@ def test_every_view_equals_duckdb_over_a_load_and_three_epochs(
     """The load is a Dagster tick materializing every view; the epochs ``dd-etl run``,
     the first of them met by a Spark out-of-memory in a layer: once in every job of
     the layer (status 3, nothing of the epoch committed), then once in its first job
-    (computed again one write a job, and the run passes)."""
+    (computed again in halves, and the run passes)."""
     views = ManyViews(tmp_path, VIEWS)
     path = str(views.pipeline())
     defs = pipeline_definitions([Path(path)], spark=SparkResource())

@@ -18,9 +18,11 @@ caller, says how Spark computes them together:
   alone, a failed shared job retried apart) computes and writes itself.
 
 A shared job that runs Spark out of memory (or loses an executor) is run again
-as a job per write; one that fails alone is ``SparkOutOfMemory``, naming what
-to raise. A crash between the shared job and the commits loses nothing: files
-nobody committed are never read, and the next run plans the same writes again.
+as two jobs of half its writes each, a task each (so each task has the pool to
+itself), halved again while they fail; a write that fails alone is
+``SparkOutOfMemory``, naming what to raise. A crash between the shared job and
+the commits loses nothing: files nobody committed are never read, and the next
+run plans the same writes again.
 """
 
 from __future__ import annotations
@@ -150,8 +152,9 @@ def _in_jobs(
     what: str,
 ) -> list[U]:
     """``job(tasks)``: one Spark job, computing the items of each task together;
-    if it runs Spark out of memory, a job for each item, and ``SparkOutOfMemory``
-    if one fails alone. The results of the items, in order."""
+    if it runs Spark out of memory, the items in two jobs of one task each, halved
+    again while they fail, and ``SparkOutOfMemory`` if one fails alone. The
+    results of the items, in order."""
     try:
         failpoint(f"{what}.job")
         return list(job(tasks))
@@ -162,7 +165,11 @@ def _in_jobs(
         items = [item for task in tasks for item in task]
         if len(items) == 1:
             raise SparkOutOfMemory(what, memory, sign) from e
-    return [out for item in items for out in _in_jobs(job, [[item]], memory, what)]
+    half = (len(items) + 1) // 2
+    return [
+        *_in_jobs(job, [items[:half]], memory, what),
+        *_in_jobs(job, [items[half:]], memory, what),
+    ]
 
 
 def _write_each(tasks: Sequence[Sequence[ExecutorBatch]]) -> list[WrittenBatch]:
