@@ -86,6 +86,17 @@ class SparkUnavailable(PipelineError):
     at its URL): nothing was read or committed; start it, or name another."""
 
 
+class SparkServerLacks(PipelineError):
+    """The Spark Connect server a pipeline runs on lacks what dd_etl asks of it
+    (Delta Lake, a package of its Python workers, an operation): the server's
+    setup is to change, not the pipeline. ``lacks`` names what is missing."""
+
+    def __init__(self, server: str, lacks: str, message: str) -> None:
+        self.server = server
+        self.lacks = lacks
+        super().__init__(message)
+
+
 @dataclass(frozen=True)
 class ConfigProblem:
     """One problem of a pipeline file: the key path, what is wrong, and its line."""

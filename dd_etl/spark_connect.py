@@ -43,13 +43,16 @@ def server_command(
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
     driver_memory: str | None = None,
+    delta: bool = True,
 ) -> list[str]:
     """``spark-submit`` starting a Spark Connect server on ``port`` with Delta and
     dd_etl's settings (``conf`` added to them), and ``driver_memory`` (default:
-    sized to the machine, as a pipeline's own Spark is)."""
+    sized to the machine, as a pipeline's own Spark is). ``delta=False`` leaves
+    out Delta's jars and extension, as a server started elsewhere may: dd_etl
+    must name what such a server lacks."""
     settings = {
         **DEFAULT_CONF,
-        **delta_jars.spark_options(),
+        **(delta_jars.spark_options() if delta else {}),
         "spark.driver.extraJavaOptions": DRIVER_GC,
         "spark.connect.grpc.binding.port": str(port),
         "spark.sql.catalogImplementation": "in-memory",
@@ -70,20 +73,23 @@ def start(
     conf: Mapping[str, str] | None = None,
     driver_memory: str | None = None,
     timeout: float = START_SECONDS,
+    delta: bool = True,
+    python: str | None = None,
 ) -> str:
     """Start a server in the background, its pid and log in ``state``; return its
-    URL once it listens. Its Python workers (for ``mapInArrow``) run this
-    interpreter, with its packages."""
+    URL once it listens. Its Python workers (for ``mapInArrow``) run ``python``,
+    else ``PYSPARK_PYTHON``, else this interpreter, with its packages; ``delta``
+    as ``server_command`` takes it."""
     state.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "SPARK_HOME": str(_spark_home()),
-        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PYSPARK_PYTHON": python or os.environ.get("PYSPARK_PYTHON", sys.executable),
     }
     log = state / "connect.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
-            server_command(port, master, conf, driver_memory),
+            server_command(port, master, conf, driver_memory, delta),
             cwd=state,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -19,7 +19,8 @@ from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute
-from tests.support.sizings import force_medium
+from dd_etl.runtime.sizing import Thresholds
+from tests.support.sizings import DEFAULT, MEDIUM
 
 pytestmark = pytest.mark.spark
 
@@ -43,7 +44,7 @@ ORACLE = {
 }
 
 
-def build(spark: SparkSession, warehouse: Path) -> Runtime:
+def build(spark: SparkSession, warehouse: Path, thresholds: Thresholds = DEFAULT) -> Runtime:
     flow = Dataflow(spark, warehouse)
     trips = flow.source("trips", TRIPS, key=["id"])
     fares = trips.aggregate(
@@ -72,7 +73,7 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
     for how in ("left", "full"):
         joined = trips.select("id", "pc").join(pricey, left_on=["pc"], right_on=["dist"], how=how)
         flow.view(how, joined.select("id", "pc", "id2"))
-    return Runtime(flow)
+    return Runtime(flow, thresholds=thresholds)
 
 
 Row = tuple[Any, ...]
@@ -92,10 +93,9 @@ def close(a: Counter[Row], b: Counter[Row]) -> bool:
 def test_aggregates_and_outer_joins_equal_duckdb(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executors: bool
 ) -> None:
-    if executors:  # every run sized medium: MIN/MAX tell reached keys in Spark, not the driver
-        force_medium(monkeypatch)
     rng = random.Random(5)
-    rt = build(spark, tmp_path / "warehouse")
+    # executors: every run sized medium: MIN/MAX tell reached keys in Spark, not the driver
+    rt = build(spark, tmp_path / "warehouse", MEDIUM if executors else DEFAULT)
     live: Counter[Row] = Counter()
     history: list[Counter[Row]] = []
     epoch = 0

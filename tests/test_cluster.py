@@ -10,6 +10,7 @@ data. The workers get no ``PYTHONPATH``: executors need no dd_etl code."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -20,8 +21,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from dd_etl.pipeline import open_pipeline
 from dd_etl.server import client, identity
 from dd_etl.spark import conf_applied
+from dd_etl.trace.maintenance import maintain_warehouse
+from tests.support import tpch_pipeline as tpch
 from tests.support.cluster_pipelines import (
     JOIN_SINKS,
     JOIN_VIEWS,
@@ -32,6 +36,9 @@ from tests.support.cluster_pipelines import (
     taxi_pipeline,
 )
 from tests.support.pipeline_fixtures import change_data
+from tests.support.sql_oracle import duckdb_results, mismatches
+from tests.support.tpch import DDL
+from tests.support.tpch_data import QUERIES, SEED, history_of, tables_after
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -216,4 +223,41 @@ def test_join_aggregate_and_recursion_on_a_cluster_equal_local(
     assert expected["last tick"] == JOIN_EPOCHS - 1
     assert all(expected[f"{view}@{JOIN_EPOCHS - 1}"] for view in views)  # none is empty
     assert_same(got, expected)
+    assert all(tasks_per_worker(cluster)), tasks_per_worker(cluster)
+
+
+def test_sparks_paths_on_a_cluster_write_what_local_spark_writes(
+    cluster: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    """TPC-H views with every run on Spark's executors (``sizing:`` lowered, as for
+    large data): the load as a large interval, the next epochs as medium ones,
+    batches written by the cluster's executors, materialized tables written whole
+    then merged into, spine merges made by Spark (``compact``). Every trace, table
+    and feed holds what the same pipeline on local Spark holds, row for row, in as
+    many batches; the local views equal DuckDB after every epoch."""
+    history = history_of(random.Random(SEED))
+    on_cluster, local = tmp_path / "cluster", tmp_path / "local"
+    for epoch, (taken, sizing) in enumerate(tpch.STEPS):
+        for e in taken:
+            tpch.write_epoch(tmp_path, e, history[e])
+        cluster_file = tpch.pipeline_file(on_cluster, tpch.VIEWS, sizing, data="../data")
+        local_file = tpch.pipeline_file(local, tpch.VIEWS, sizing, data="../data")
+        run_both(cluster, cluster_file, local_file, epoch)
+    compacted = OnCluster(cluster, "compact", str(cluster_file))
+    try:
+        merged = maintain_warehouse(spark, local / "wh", None, 24.0, driver_merged=0)
+    finally:
+        code, stderr = compacted.finished()
+    assert code == 0, stderr[-3000:]
+    assert any(r.batches_after < r.batches_before for r in merged)
+    assert tpch.batches(on_cluster) == tpch.batches(local)
+
+    after = tables_after(history)
+    expected = duckdb_results([after[taken[-1]] for taken, _ in tpch.STEPS], DDL, QUERIES)
+    runtime = open_pipeline(local_file, spark).runtime
+    assert not mismatches(runtime, tpch.VIEWS, expected)
+    held = tpch.traces(local)
+    assert len(held) > 20 and tpch.traces(on_cluster) == held
+    outputs = tpch.outputs(spark, local, tpch.VIEWS)
+    assert outputs and tpch.outputs(spark, on_cluster, tpch.VIEWS) == outputs
     assert all(tasks_per_worker(cluster)), tasks_per_worker(cluster)

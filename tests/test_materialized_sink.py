@@ -26,8 +26,7 @@ from typer.testing import CliRunner
 
 from dd_etl.cli import app
 from dd_etl.pipeline.build import open_pipeline
-from dd_etl.runtime import sizing
-from dd_etl.sinks import materialized, spark_commit
+from dd_etl.sinks import spark_commit
 from dd_etl.sinks.delta_table import SinkLog, committed_epoch
 from tests.support.delta_pipelines import delta_pipeline
 
@@ -40,16 +39,10 @@ VIEWS = {
     # a bag: equal rows many times over, NULLs among them
     "amounts": "SELECT cid, amount FROM orders",
 }
-FORCE_SPARK = (
-    "from dd_etl.runtime import sizing; from dd_etl.sinks import materialized; "
-    "sizing.SMALL_INTERVAL_RECORDS = -1; materialized.REWRITE_RECORDS = -1; "
-)
-
-
-def take_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every view's table takes its changes, as a view too large to rewrite."""
-    monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", -1)
-    monkeypatch.setattr(materialized, "REWRITE_RECORDS", -1)
+BY_SPARK = {"small_records": 0}
+"""Every run's work, and its sinks', made by Spark's executors."""
+TAKE_CHANGES = {**BY_SPARK, "rewrite_records": 0}
+"""Every view's table takes its changes, as a view too large to rewrite."""
 
 
 def cli(*args: str) -> str:
@@ -58,8 +51,9 @@ def cli(*args: str) -> str:
     return result.stdout + result.stderr
 
 
-def pipeline_file(root: Path) -> Path:
-    return delta_pipeline(root, "sinks", {"orders": "id"}, VIEWS, materialize=True)
+def pipeline_file(root: Path, sizing: dict[str, int] | None = None) -> Path:
+    """The pipeline (written again with other ``sizing:`` settings, if given)."""
+    return delta_pipeline(root, "sinks", {"orders": "id"}, VIEWS, materialize=True, sizing=sizing)
 
 
 def load(spark: SparkSession, root: Path, rows: int = 3000) -> None:
@@ -129,9 +123,8 @@ def deletion_vectors(table: Path) -> int:
 def test_large_views_sink_their_changes(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    take_changes(monkeypatch)
     monkeypatch.setattr(spark_commit, "NAMED_FROM_ROWS", -1)  # values named at any size
-    pipeline = pipeline_file(tmp_path)
+    pipeline = pipeline_file(tmp_path, TAKE_CHANGES)
     load(spark, tmp_path)
     opened = open_pipeline(pipeline, spark)
     keys = {v: getattr(opened.materialized(v), "key", "no sink") for v in VIEWS}
@@ -205,9 +198,7 @@ def test_a_range_counts_the_rows_of_the_files_it_overlaps(tmp_path: Path) -> Non
     assert log.rows_overlapping("id", 11, 99) == 0
 
 
-def test_a_small_views_table_is_handed_to_spark(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_small_views_table_is_handed_to_spark(spark: SparkSession, tmp_path: Path) -> None:
     """Driver-rewritten while small, rewritten by Spark's files when larger (delta-rs
     commits both), then taking its changes: Spark's from then on, also when the
     view is small again."""
@@ -221,16 +212,16 @@ def test_a_small_views_table_is_handed_to_spark(
         return write["materialize"]
 
     cli("run", str(pipeline))  # small: rewritten by the driver
-    monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", -1)
+    pipeline_file(tmp_path, BY_SPARK)
     change(spark, tmp_path, 1)
-    cli("run", str(pipeline))  # larger, not past REWRITE_RECORDS: rewritten by Spark
+    cli("run", str(pipeline))  # larger, not past rewrite_records: rewritten by Spark
     assert last_write()["replaced"] and deletion_vectors(table) == 0
-    take_changes(monkeypatch)
+    pipeline_file(tmp_path, TAKE_CHANGES)
     for epoch in (2, 3):
         change(spark, tmp_path, epoch)
         cli("run", str(pipeline))
         assert not last_write()["replaced"]
-    monkeypatch.undo()  # small again: Spark keeps the table it wrote deletion vectors to
+    pipeline_file(tmp_path)  # small again: Spark keeps the table it wrote deletion vectors to
     change(spark, tmp_path, 4)
     cli("run", str(pipeline))
     assert last_write()["replaced"]
@@ -248,15 +239,14 @@ def test_a_small_views_table_is_handed_to_spark(
 
 @pytest.mark.slow
 def test_a_run_killed_after_sparks_commit_does_not_apply_it_twice(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     """The killed run in a process of its own; the runs before and after it here."""
-    take_changes(monkeypatch)
-    pipeline = pipeline_file(tmp_path)
+    pipeline = pipeline_file(tmp_path, TAKE_CHANGES)
     load(spark, tmp_path)
     cli("run", str(pipeline))
     change(spark, tmp_path, 2)
-    command = [sys.executable, "-c", FORCE_SPARK + "from dd_etl.cli import app; app()"]
+    command = [sys.executable, "-m", "dd_etl.cli"]
     # killed when by_customer's epoch 1 is in, and the tick is not
     failpoint = "sink.spark_committed=1"
     env = {**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", "DD_ETL_FAILPOINTS": failpoint}

@@ -66,6 +66,10 @@ def error_of(tmp_path: Path, text: str) -> ConfigError:
         (GOOD + "    full_refresh_above: 0.2\n", "views.a", 6, "applies to `refresh: auto`"),
         (GOOD + "    refresh: auto\n    full_refresh_above: 0\n", "views.a.full_refresh_above",
          9, "greater than 0"),
+        (GOOD + "sizing: {small_records: -1}\n", "sizing.small_records", 8,
+         "greater than or equal to 0"),
+        (GOOD + "sizing: {small_rows: 10}\n", "sizing.small_rows", 8,
+         "did you mean 'small_records'"),
     ],
 )  # fmt: skip
 def test_config_errors_point_at_the_key(
@@ -160,3 +164,15 @@ def test_the_cli_renders_config_errors_as_one_paragraph(tmp_path: Path) -> None:
     assert "pipeline.yaml:7: views.a.sql" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "wh").exists()
+
+
+def test_sizing_sets_the_runtimes_thresholds(tmp_path: Path) -> None:
+    """What the file sets, the defaults for the rest."""
+    from dd_etl.runtime.sizing import Thresholds
+
+    loaded = load_config(write(tmp_path, GOOD + "sizing: {small_records: 0, rewrite_records: 5}\n"))
+    thresholds = Thresholds(**loaded.config.sizing.settings())
+    assert thresholds == Thresholds(small_records=0, rewrite_records=5)
+    assert thresholds.for_records(1).name == "large"
+    assert thresholds.for_records(1, state=100).name == "medium"
+    assert Thresholds().for_records(1).name == "small"

@@ -23,10 +23,12 @@ from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import upstream
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
-from dd_etl.runtime import Runtime, interval, sizing
+from dd_etl.runtime import Runtime, interval
 from dd_etl.runtime.execution import LAYER_LABEL
 from dd_etl.runtime.holds import RUNTIME_READER
+from dd_etl.runtime.sizing import Thresholds
 from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace, PlannedBatch
+from tests.support.sizings import DEFAULT
 
 pytestmark = pytest.mark.spark
 
@@ -41,7 +43,7 @@ ZONES = StructType([StructField("zone", LongType(), False), StructField("borough
 BOROUGHS = ["north", "south", "east"]
 
 
-def build(spark: SparkSession, warehouse: Path) -> Runtime:
+def build(spark: SparkSession, warehouse: Path, thresholds: Thresholds = DEFAULT) -> Runtime:
     """The three views of ``bench_incremental``: GROUP BY with COUNT, SUM, AVG, MIN
     and MAX; a join, then GROUP BY; DISTINCT."""
     flow = Dataflow(spark, warehouse)
@@ -61,7 +63,7 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
     joined = trips.join(zones, on="zone")
     flow.view("borough_revenue", joined.aggregate(["borough"], revenue=agg.sum_("fare")))
     flow.view("routes", trips.select("zone").distinct())
-    return Runtime(flow)
+    return Runtime(flow, thresholds=thresholds)
 
 
 def trip(i: int, version: int = 0) -> tuple[int, int, float]:
@@ -260,9 +262,7 @@ def test_large_and_small_sizings_compute_the_same_views(
     runtimes = {}
     cases = {"small": (10**9, 0.25), "large": (-1, 0.0), "medium": (-1, 0.25), "mixed": (20, 0.25)}
     for name, (limit, share) in cases.items():
-        monkeypatch.setattr(sizing, "SMALL_INTERVAL_RECORDS", limit)
-        monkeypatch.setattr(sizing, "MEDIUM_SHARE", share)
-        rt = build(spark, tmp_path / name)
+        rt = build(spark, tmp_path / name, Thresholds(small_records=limit, medium_share=share))
         load(spark, rt, 60)
         loaded = rt.run().profile
         assert loaded is not None and loaded.sizing == ("small" if name == "small" else "large")

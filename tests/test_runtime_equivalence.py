@@ -21,8 +21,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.plan import Dataflow
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.recompute import recompute
-from dd_etl.runtime.sizing import LOCAL_RELATION_THRESHOLD, SMALL
-from tests.support.sizings import force_medium
+from dd_etl.runtime.sizing import LOCAL_RELATION_THRESHOLD, SMALL, Thresholds
+from tests.support.sizings import DEFAULT, MEDIUM
 from tests.support.trips_and_zones import TRIPS, ZONES, Row, hashable
 
 pytestmark = pytest.mark.spark
@@ -42,7 +42,7 @@ ORACLE = {
 }
 
 
-def build(spark: SparkSession, warehouse: Path) -> Runtime:
+def build(spark: SparkSession, warehouse: Path, thresholds: Thresholds = DEFAULT) -> Runtime:
     flow = Dataflow(spark, warehouse)
     trips = flow.source("trips", TRIPS, key=["id"])
     zones = flow.source("zones", ZONES)
@@ -56,7 +56,7 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
     flow.view("tags", trips.explode("tags", "tag").select("id", "tag"))
     flow.view("labels", zones.select("label").concat(joined.filter("fare IS NULL").select("label")))
     flow.view("zone_counts", joined.select("id", "label").distinct().count(["label"]))
-    return Runtime(flow)
+    return Runtime(flow, thresholds=thresholds)
 
 
 def random_trip(rng: random.Random) -> Row:
@@ -106,10 +106,9 @@ def test_views_equal_a_from_scratch_evaluation_after_every_epoch(
 ) -> None:
     if arrow_batches:  # every non-empty row set the driver hands Spark as Arrow batches
         monkeypatch.setitem(SMALL.conf, LOCAL_RELATION_THRESHOLD, "0")
-    if executors:  # every run sized medium: executors read and write, lookups broadcast keys
-        force_medium(monkeypatch)
     rng = random.Random(seed)
-    rt = build(spark, tmp_path / "warehouse")
+    # executors: every run sized medium: executors read and write, lookups broadcast keys
+    rt = build(spark, tmp_path / "warehouse", MEDIUM if executors else DEFAULT)
     trips: Counter[Row] = Counter()
     zones: Counter[Row] = Counter()
     history: list[tuple[Counter[Row], Counter[Row]]] = []

@@ -91,26 +91,33 @@ def write_links(root: Path, epoch: int) -> str:
     return f"links: {len(after - before)} opened, {len(before - after)} closed"
 
 
-def generate(root: Path, epoch: int, new_trips: int = 400) -> str:
-    return f"{_trips_and_zones(root, epoch, new_trips)}; {write_links(root, epoch)}"
+LOAD_CHUNK = 1_000_000
+"""A large load is written this many trips at a time (a Delta commit each)."""
 
 
-def _trips_and_zones(root: Path, epoch: int, new_trips: int) -> str:
+def generate(root: Path, epoch: int, new_trips: int = 400, loaded: int | None = None) -> str:
+    """Epoch ``epoch``'s data: ``loaded`` trips at epoch 0 (default three epochs'
+    worth), ``new_trips`` new ones at every later epoch."""
+    load = new_trips * 3 if loaded is None else loaded
+    return f"{_trips_and_zones(root, epoch, new_trips, load)}; {write_links(root, epoch)}"
+
+
+def _trips_and_zones(root: Path, epoch: int, new_trips: int, loaded: int) -> str:
     rng = random.Random(epoch)
     trips_path, zones_path = root / "trips", root / "zones"
     zones_path.mkdir(parents=True, exist_ok=True)
     if epoch == 0:
-        write_deltalake(
-            str(trips_path),
-            trips(rng, 0, new_trips * 3),
-            mode="overwrite",
-            configuration={"delta.enableChangeDataFeed": "true"},
-        )
+        for first in range(0, max(loaded, 1), LOAD_CHUNK):
+            chunk = trips(rng, first, min(LOAD_CHUNK, loaded - first))
+            if first == 0:
+                cdf = {"delta.enableChangeDataFeed": "true"}
+                write_deltalake(str(trips_path), chunk, mode="overwrite", configuration=cdf)
+            else:
+                write_deltalake(str(trips_path), chunk, mode="append")
         rows = [zone_row(z, BOROUGHS[z % len(BOROUGHS)], 1) for z in range(1, ZONES + 1)]
         pq.write_table(pa.Table.from_pylist(rows, ZONE_SCHEMA), zones_path / "zones-000.parquet")
-        return f"trips: {new_trips * 3} rows; zones: {ZONES} rows"
-    table = DeltaTable(str(trips_path))
-    first = new_trips * 3 + (epoch - 1) * new_trips
+        return f"trips: {loaded} rows; zones: {ZONES} rows"
+    first = loaded + (epoch - 1) * new_trips
     write_deltalake(str(trips_path), trips(rng, first, new_trips), mode="append")
     upper = first + new_trips
     corrected = sorted(rng.sample(range(upper), 25))
@@ -135,8 +142,9 @@ def main() -> None:
     parser.add_argument("root", type=Path, help="where trips/ and zones/ are written")
     parser.add_argument("--epoch", type=int, required=True)
     parser.add_argument("--trips", type=int, default=400, help="new trips per epoch")
+    parser.add_argument("--loaded", type=int, help="trips at epoch 0 (default: 3 x --trips)")
     args = parser.parse_args()
-    print(f"epoch {args.epoch}: {generate(args.root, args.epoch, args.trips)}")
+    print(f"epoch {args.epoch}: {generate(args.root, args.epoch, args.trips, args.loaded)}")
 
 
 if __name__ == "__main__":

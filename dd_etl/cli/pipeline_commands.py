@@ -211,12 +211,16 @@ def compact(
     """Merge spine layers of every trace of the pipeline, advance compaction, vacuum."""
     from dd_etl.pipeline.build import session_for
     from dd_etl.pipeline.config import load_config, warehouse_of
+    from dd_etl.runtime.sizing import Thresholds
     from dd_etl.trace.maintenance import maintain_warehouse
 
     loaded = load_config(pipeline)
     c = loaded.config.compaction
     spark = session_for(loaded)
-    reports = maintain_warehouse(spark, warehouse_of(loaded), fuel or c.fuel, c.retention_hours)
+    merged = Thresholds(**loaded.config.sizing.settings()).driver_merge_records
+    reports = maintain_warehouse(
+        spark, warehouse_of(loaded), fuel or c.fuel, c.retention_hours, merged
+    )
     print_maintenance(reports)
 
 

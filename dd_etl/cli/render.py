@@ -2,9 +2,12 @@
 
 A dd_etl error (``dd_etl.errors.DdEtlError``) is printed as its one-paragraph
 message on standard error and the command exits with the error's ``exit_code``;
-any other exception is a bug, printed as one line with exit status 70. The root
-command group catches what a command raises (``RenderingGroup``), so commands
-raise and never render. ``--debug`` adds the stack trace.
+any other exception is a bug, printed as one line with exit status 70. An error
+showing what a Spark Connect server lacks (``spark_connect_errors``), whatever
+its class, and Spark running out of memory are instead the user's to set up:
+status 3, saying what to set. The root command group catches what a command
+raises (``RenderingGroup``), so commands raise and never render. ``--debug``
+adds the stack trace.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typer.exceptions import TyperException
 
 from dd_etl.cli.consoles import err
 from dd_etl.errors import INTERNAL_ERROR, DdEtlError
+from dd_etl.spark_connect_errors import lacking
 from dd_etl.spark_memory import DRIVER_MEMORY, EXECUTOR_MEMORY, SparkOutOfMemory, exhausted
 
 DEBUG = {"on": False}
@@ -32,11 +36,16 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def render(error: Exception) -> NoReturn:
-    """Exit the command because of ``error``, with the status its class gives; Spark
-    running out of memory where no step caught it is the user's to act on (status
-    3), any other error a bug, shown by what caused it."""
+    """Exit the command because of ``error``, with the status its class gives; what
+    the Spark Connect server lacks, and Spark running out of memory where no step
+    caught it, are the user's to act on (status 3), any other error a bug, shown by
+    what caused it."""
     if DEBUG["on"]:
         traceback.print_exception(error, file=sys.stderr)
+    server = connect_server()
+    lacks = lacking(error, server) if server is not None else None
+    if lacks is not None:
+        fail(lacks.message, lacks.exit_code)
     if isinstance(error, DdEtlError):
         fail(error.message, error.exit_code)
     said = root_cause(str(error))
@@ -52,6 +61,17 @@ def render(error: Exception) -> NoReturn:
         f"{type(error).__name__}: {said} (an internal error; `dd-etl --debug …` shows where)",
         INTERNAL_ERROR,
     )
+
+
+def connect_server() -> str | None:
+    """The Spark Connect server this process's Spark is a client of; None if it
+    runs classic Spark, or none (then Spark is not imported to find that out)."""
+    if "dd_etl.spark" not in sys.modules:
+        return None
+    from dd_etl.spark import running_settings
+
+    settings = running_settings()
+    return settings[0] if settings is not None and settings[0].startswith("sc://") else None
 
 
 def root_cause(text: str) -> str:

@@ -31,6 +31,7 @@ from dd_etl.pipeline.config import (
 )
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.runtime import Runtime
+from dd_etl.runtime.sizing import Thresholds
 from dd_etl.sinks import ChangeFeed, MaterializedView
 from dd_etl.sources import DeltaSource, FileSource, SourceReader
 from dd_etl.trace import delta_log
@@ -90,10 +91,11 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
     spark = spark or session_for(loaded)
     warehouse = warehouse_of(loaded)
     flow = Dataflow(spark, warehouse, name=config.name)
+    thresholds = Thresholds(**config.sizing.settings())
     readers: dict[str, SourceReader] = {}
     tables: dict[str, Collection] = {}
     for name, source in config.sources.items():
-        reader = make_reader(spark, loaded, name, source)
+        reader = make_reader(spark, loaded, name, source, thresholds.small_records)
         readers[name] = reader
         schema = known_schema(warehouse, name) or reader.schema()
         key = source.key
@@ -110,7 +112,7 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
         # compile_view registers SQL views itself; Python views are registered here
         tables[name] = built if name in flow.views else flow.view(name, built)
         flow.refresh[name] = view.refresh_policy
-    runtime = Runtime(flow, retain_epochs=config.compaction.retain_epochs)
+    runtime = Runtime(flow, config.compaction.retain_epochs, thresholds)
     return Pipeline(loaded, spark, flow, runtime, readers, tables)
 
 
@@ -124,15 +126,27 @@ def known_schema(warehouse: Path, source: str) -> StructType | None:
 
 
 def make_reader(
-    spark: SparkSession, loaded: LoadedConfig, name: str, source: SourceConfig
+    spark: SparkSession,
+    loaded: LoadedConfig,
+    name: str,
+    source: SourceConfig,
+    driver_feed: int = Thresholds.small_records,
 ) -> SourceReader:
+    """The reader of source ``name``; a Delta source's change feed of at most
+    ``driver_feed`` rows is read by the driver."""
     path = loaded.resolve(source.path)
     pipeline = str(loaded.file)
     if source.format == "delta":
         if source.columns is not None:
             raise loaded.error(f"sources.{name}.schema", "Delta tables carry their own schema")
         return DeltaSource(
-            spark, pipeline, name, path, source.effective_mode, dict(source.storage_options)
+            spark,
+            pipeline,
+            name,
+            path,
+            source.effective_mode,
+            dict(source.storage_options),
+            driver_feed,
         )
     declared = None
     if source.columns is not None:

@@ -8,6 +8,7 @@
     views:
       fares: {sql: "SELECT ...", materialize: {path: ../out/fares}}
     compaction: {retain_epochs: 5}
+    sizing: {small_records: 20000}   # optional: where a run's work happens
 
 Paths are relative to the file. ``${NAME}`` in any string is replaced by the
 environment variable ``NAME`` (an error if unset); options whose name looks like
@@ -145,6 +146,32 @@ class CompactionConfig(_Model):
     """Files unreachable for this long are deleted by ``compact``."""
 
 
+class SizingConfig(_Model):
+    """Where a run's work happens, by how much it reads: the defaults suit most
+    pipelines; lower ones make small data take the paths of large data (Spark
+    writing the batches, merging the spines, merging into materialized tables)."""
+
+    small_records: int | None = Field(default=None, ge=0)
+    """A run taking in at most this many source records computes in the driver's
+    placement, one Spark job per layer (default 20,000)."""
+    small_bytes: int | None = Field(default=None, ge=0)
+    """A source's new data of at most this many bytes, as Spark estimates them, is
+    taken in by the driver (default 2 MiB)."""
+    medium_share: float | None = Field(default=None, ge=0)
+    """A larger run taking in at most this share of the records its views hold
+    looks up the history of the keys it changes (default 0.25)."""
+    driver_merge_records: int | None = Field(default=None, ge=0)
+    """A trace's merge step of at most this many records is made by the driver,
+    a larger one by Spark (default 20,000)."""
+    rewrite_records: int | None = Field(default=None, ge=0)
+    """A materialized table of a view of at most this many records is rewritten
+    whole; a larger one takes the view's changes by a Delta MERGE (default 25 M)."""
+
+    def settings(self) -> dict[str, Any]:
+        """The sizes the file sets, by name."""
+        return self.model_dump(exclude_none=True)
+
+
 class PipelineConfig(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     warehouse: str
@@ -152,6 +179,7 @@ class PipelineConfig(_Model):
     sources: dict[SourceName, SourceConfig]
     views: dict[SourceName, ViewConfig] = Field(default_factory=dict)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    sizing: SizingConfig = Field(default_factory=SizingConfig)
 
     @field_validator("sources")
     @classmethod

@@ -27,7 +27,7 @@ from dd_etl.pipeline.progress import Progress
 from dd_etl.profiling import Profiler
 from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.runner import source_records
-from dd_etl.runtime.sizing import SMALL, Sizing, applied, for_bytes, records_at_most
+from dd_etl.runtime.sizing import SMALL, Sizing, applied, records_at_most
 from dd_etl.sources.base import Capture, encode_position, read_position
 from dd_etl.spark import full_compiler_for
 from dd_etl.spark_driver import driver_for
@@ -140,7 +140,7 @@ def _capture(
             changes = pipeline.flow.empty_updates(node.schema).drop("_time")
         estimated = driver_for(changes.sparkSession).estimated_bytes(changes)
         full_compiler_for(records_at_most(estimated))
-        sizing = for_bytes(estimated)
+        sizing = rt.thresholds.for_bytes(estimated)
         updates = rt.source_updates(name, changes, epoch)
         records = source_records(updates, sizing)
     append = TraceAppend(

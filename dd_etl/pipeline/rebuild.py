@@ -82,7 +82,13 @@ def rebuild_source(file: str | Path, source: str, spark: SparkSession | None = N
     pipeline = open_pipeline(file, spark)
     with tick_lock(pipeline):
         held = known_schema(pipeline.warehouse, source)
-        reader = make_reader(pipeline.spark, loaded, source, loaded.config.sources[source])
+        reader = make_reader(
+            pipeline.spark,
+            loaded,
+            source,
+            loaded.config.sources[source],
+            pipeline.runtime.thresholds.small_records,
+        )
         current = reader.schema()
         if held is None:
             return f"source {source} has not been taken in yet: nothing to rebuild"

@@ -36,7 +36,7 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
 from dd_etl.profiling import SINKS, Profiler, RunProfile, phase
 from dd_etl.runtime.epochs import epoch_of
-from dd_etl.runtime.sizing import SMALL, applied, for_records
+from dd_etl.runtime.sizing import SMALL, applied
 from dd_etl.sinks.delta_table import EpochCommit, SinkWrite
 from dd_etl.sources.base import Capture
 from dd_etl.spark import command_movable
@@ -162,7 +162,8 @@ def sync_sinks(
     views of a small interval's size, and the driver writes them; a larger
     view's are written by Spark, sized for it."""
     rt = pipeline.runtime
-    sizings = {v: for_records(rt.trace(pipeline.flow.views[v]).state.records) for v in views}
+    size = rt.thresholds.for_records
+    sizings = {v: size(rt.trace(pipeline.flow.views[v]).state.records) for v in views}
     small = [v for v in views if sizings[v].driver_rows]
     writes: dict[str, SinkWrite | None] = {}
     if small:

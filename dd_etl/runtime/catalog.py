@@ -16,6 +16,7 @@ from dd_etl.plan.graph import upstream
 if TYPE_CHECKING:
     from dd_etl.plan.dataflow import Dataflow
     from dd_etl.plan.refresh import RefreshChoice
+    from dd_etl.runtime.sizing import Thresholds
     from dd_etl.trace.delta_trace import DeltaTrace
     from dd_etl.trace.state import TraceState
 
@@ -35,6 +36,11 @@ class TraceCatalog(Protocol):
 
 class RunTarget(TraceCatalog, Protocol):
     """What one run needs of the runtime it brings up to date."""
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The sizes that choose where the run's work happens."""
+        ...
 
     def view(self, name: str) -> n.View:
         """The view ``name``, or an error naming the views there are."""

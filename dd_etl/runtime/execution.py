@@ -47,7 +47,7 @@ from dd_etl.profiling import Profiler, RunProfile
 from dd_etl.runtime.catalog import RunTarget
 from dd_etl.runtime.interval import Append, Interval, trace_label
 from dd_etl.runtime.iteration import Round
-from dd_etl.runtime.sizing import applied, for_records
+from dd_etl.runtime.sizing import applied
 from dd_etl.spark import full_compiler_for
 from dd_etl.spark_driver import driver_for
 from dd_etl.spark_memory import SparkOutOfMemory
@@ -117,7 +117,7 @@ def _execute(
     rt.discard_unmaintained(full)
     state = sum(rt.trace(x).state.records for x in rt.stateful_nodes(chosen, unmaintained))
     driver = driver_for(rt.flow.spark)
-    sizing = for_records(records, state, driver.default_parallelism())
+    sizing = rt.thresholds.for_records(records, state, driver.default_parallelism())
     profiler.sizing = sizing.name
     interval = Interval(rt, lower, upper, sizing, driver.memory(), full)
     with applied(rt.flow.spark, sizing), ThreadPoolExecutor(max_workers=PARALLEL_TRACES) as pool:

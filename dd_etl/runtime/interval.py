@@ -34,7 +34,7 @@ from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.full_refresh import full_changes
 from dd_etl.runtime.iteration import LoopRun, Round
 from dd_etl.runtime.rules import linear_rule, rule_for
-from dd_etl.runtime.sizing import Sizing, for_records
+from dd_etl.runtime.sizing import Sizing
 from dd_etl.spark_driver import driver_for
 from dd_etl.spark_memory import SparkMemory
 from dd_etl.sql_text import quote
@@ -124,7 +124,7 @@ class Interval:
             for node in layer
             for x in ([node] if isinstance(node, n.Source) else traces_read(node))
         }
-        few = for_records(sum(self._records_in(x) for x in read.values()))
+        few = self.traces.thresholds.for_records(sum(self._records_in(x) for x in read.values()))
         return few if few.driver_rows else self.sizing
 
     def _batch_bound(self, node: n.Node) -> int | None:

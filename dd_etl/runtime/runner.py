@@ -32,7 +32,7 @@ from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.execution import RunReport, execute
 from dd_etl.runtime.full_refresh import pending_records, private_state
 from dd_etl.runtime.holds import RuntimeHolds
-from dd_etl.runtime.sizing import Sizing, for_bytes
+from dd_etl.runtime.sizing import DEFAULT_THRESHOLDS, Sizing, Thresholds
 from dd_etl.spark_driver import driver_for
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
@@ -78,10 +78,17 @@ class PlanChanged(PlanError):
 class Runtime:
     """Owns the traces of one dataflow under its warehouse root."""
 
-    def __init__(self, flow: Dataflow, retain_epochs: int | None = None) -> None:
+    def __init__(
+        self,
+        flow: Dataflow,
+        retain_epochs: int | None = None,
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    ) -> None:
         self.flow = flow
         self.spark = flow.spark
         self.retain_epochs = retain_epochs
+        self.thresholds = thresholds
+        """The sizes that choose where the runs' work happens."""
         self._traces: dict[str, DeltaTrace] = {}
         self._holds: dict[str, RuntimeHolds] = {}
         """The runtime's handles on each of its traces (by name): only they move its holds."""
@@ -92,16 +99,31 @@ class Runtime:
         name = node.trace_name
         assert name is not None
         if name not in self._traces:
-            key = trace_key(node)
-            uri = str(Path(self.flow.warehouse) / name)
             meta = self._recorded(node)
-            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, meta=meta)
+            trace = self._created(name, node, meta=meta)
             self._holds[name] = RuntimeHolds.open(trace, retains=isinstance(node, n.View))
             missing = {k: v for k, v in meta.items() if k not in trace.state.meta_map}
             if missing:  # a trace created by an earlier version of dd_etl
                 trace.annotate(missing)
             self._traces[name] = trace
         return self._traces[name]
+
+    def _created(
+        self, name: str, node: n.Node, dims: int = 1, meta: dict[str, str] | None = None
+    ) -> DeltaTrace:
+        """The trace ``name`` of ``node``'s updates, created if it does not exist."""
+        uri = str(Path(self.flow.warehouse) / name)
+        merged = self.thresholds.driver_merge_records
+        return DeltaTrace.create(
+            self.spark,
+            uri,
+            name,
+            node.schema,
+            trace_key(node),
+            dims,
+            meta=meta,
+            driver_merged=merged,
+        )
 
     def _recorded(self, node: n.Node) -> dict[str, str]:
         """What a node's trace records from its creation on: the sources' generations
@@ -124,10 +146,7 @@ class Runtime:
         around the node."""
         name = loop.inner_trace_name(node)
         if name not in self._traces:
-            uri = str(Path(self.flow.warehouse) / name)
-            key = trace_key(node)
-            dims = 1 + loop_nest(loop)[node.id][1]
-            trace = DeltaTrace.create(self.spark, uri, name, node.schema, key, dims=dims)
+            trace = self._created(name, node, dims=1 + loop_nest(loop)[node.id][1])
             self._holds[name] = RuntimeHolds.open(trace, retains=False)
             self._traces[name] = trace
         return self._traces[name]
@@ -161,7 +180,9 @@ class Runtime:
         Changes Spark estimates small are written by the driver, others by Spark.
         """
         updates = self.source_updates(name, changes, epoch)
-        sizing = for_bytes(driver_for(updates.sparkSession).estimated_bytes(updates))
+        sizing = self.thresholds.for_bytes(
+            driver_for(updates.sparkSession).estimated_bytes(updates)
+        )
         return self.trace(self.flow.sources[name]).compare_and_append(
             updates,
             Antichain.from_epoch(epoch),

@@ -41,12 +41,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from dd_etl.spark import conf_applied
+from dd_etl.trace.driver_merge import DRIVER_MERGED_RECORDS
 from dd_etl.trace.placement import BULK, DRIVER, LOOKUPS, Placement
-
-SMALL_INTERVAL_RECORDS = 20_000
-"""Up to this many source records read, a run is sized as small. Measured on the
-benchmark dataflow: 140,000 update rows took 26 to 31 s as a small interval and
-14 s as a large one (bench/README.md)."""
 
 
 @dataclass(frozen=True)
@@ -133,17 +129,6 @@ def medium(parallelism: int) -> Sizing:
     )
 
 
-MEDIUM_SHARE = 0.25
-"""An interval taking in at most this share of the records its dataflow's traces
-hold (and more than a small one) is sized medium: a change to a large table."""
-
-
-SMALL_INTERVAL_BYTES = 2 * 2**20
-"""Up to this many bytes (Spark's estimate of a plan: file sizes for a scan) a
-source's new data is taken in as a small interval. A few hundred changed rows
-are kilobytes; 20,000 records of a few columns are about a megabyte of parquet."""
-
-
 PARQUET_BYTES_PER_RECORD = 8
 """About the fewest bytes of parquet a record takes (the benchmark's trips: 7.9 MB
 per million), so that bytes over it bound the records from above."""
@@ -157,17 +142,50 @@ def records_at_most(estimated_bytes: int) -> int:
     return estimated_bytes // PARQUET_BYTES_PER_RECORD
 
 
-def for_records(records: int, state: int = 0, parallelism: int = 1) -> Sizing:
-    """The sizing of an interval taking in ``records``, beside the ``state`` records
-    the traces it touches hold (0: none, or not known), on Spark running
-    ``parallelism`` tasks at once."""
-    if records <= SMALL_INTERVAL_RECORDS:
-        return SMALL
-    return medium(parallelism) if records <= MEDIUM_SHARE * state else LARGE
+@dataclass(frozen=True)
+class Thresholds:
+    """The sizes that choose where a run's work happens: in the driver, on the
+    executors by lookups, or by Spark's own plans. The defaults were measured
+    (bench/README.md); a pipeline may set them (``sizing:`` in its file), above all
+    lower, so that small data takes the paths of large data (a test of a Spark
+    Connect server or a cluster does)."""
+
+    small_records: int = 20_000
+    """Up to this many source records read, a run is sized as small; a Delta
+    source's change feed of up to this many rows is read by the driver. Measured
+    on the benchmark dataflow: 140,000 update rows took 26 to 31 s as a small
+    interval and 14 s as a large one."""
+    small_bytes: int = 2 * 2**20
+    """Up to this many bytes (Spark's estimate of a plan: file sizes for a scan) a
+    source's new data is taken in as a small interval. A few hundred changed rows
+    are kilobytes; 20,000 records of a few columns are about a megabyte of parquet."""
+    medium_share: float = 0.25
+    """An interval taking in at most this share of the records its dataflow's
+    traces hold (and more than a small one) is sized medium: a change to a large
+    table."""
+    driver_merge_records: int = DRIVER_MERGED_RECORDS
+    """A spine merge step reading at most this many records is made by the driver,
+    a larger one by Spark."""
+    rewrite_records: int = 25_000_000
+    """A materialized table of a view holding at most this many records is
+    rewritten whole at each epoch that changed it; a larger one takes the view's
+    changes (a Delta MERGE): a MERGE of 1,000 rows took 3-4.5 s when they lay in a
+    narrow key range, 5-9 s when spread over a table of 1-100 M rows, and
+    rewriting 10 M rows took 3-3.7 s, 100 M 27-28 s (``bench/bench_sink.py``)."""
+
+    def for_records(self, records: int, state: int = 0, parallelism: int = 1) -> Sizing:
+        """The sizing of an interval taking in ``records``, beside the ``state``
+        records the traces it touches hold (0: none, or not known), on Spark
+        running ``parallelism`` tasks at once."""
+        if records <= self.small_records:
+            return SMALL
+        return medium(parallelism) if records <= self.medium_share * state else LARGE
+
+    def for_bytes(self, estimated: int) -> Sizing:
+        return SMALL if estimated <= self.small_bytes else LARGE
 
 
-def for_bytes(estimated: int) -> Sizing:
-    return SMALL if estimated <= SMALL_INTERVAL_BYTES else LARGE
+DEFAULT_THRESHOLDS = Thresholds()
 
 
 def applied(spark: SparkSession, sizing: Sizing) -> AbstractContextManager[None]:

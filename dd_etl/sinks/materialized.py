@@ -4,10 +4,11 @@ Bag semantics (a row with multiplicity 3 is stored three times), in the order
 of the view's columns, readable by any Delta reader. Each epoch is one atomic
 commit, so Delta time travel goes back epoch by epoch: the commit's
 ``dd_etl.epoch`` says which. A view of a small interval's size is rewritten
-whole by the driver (delta-rs, one file, milliseconds), one of up to
-``REWRITE_RECORDS`` by Spark (in parallel, committed by delta-rs); a larger
-view's table takes the view's changes, applied by Spark with deletion vectors
-(``spark_commit.py``): what an epoch writes follows its change, not the view.
+whole by the driver (delta-rs, one file, milliseconds), one of up to the
+pipeline's ``sizing.rewrite_records`` (``Thresholds`` in ``runtime/sizing.py``)
+by Spark (in parallel, committed by delta-rs); a larger view's table takes the
+view's changes, applied by Spark with deletion vectors (``spark_commit.py``):
+what an epoch writes follows its change, not the view.
 It is written whole instead when it has no epoch of the view's current trace
 (the first epoch, or after a rebuild) or the trace no longer keeps the history
 since its last epoch.
@@ -25,13 +26,6 @@ from dd_etl.sinks.spark_commit import SparkCommit
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF
 from dd_etl.trace.placement import BULK, Placement
-
-REWRITE_RECORDS = 25_000_000
-"""Up to this many records in the view's trace, the table is rewritten whole each
-epoch it changes rather than take the view's changes: a MERGE of 1,000 rows took
-3-4.5 s when they lay in a narrow key range, 5-9 s when spread over a table of
-1-100 M rows, and rewriting 10 M rows took 3-3.7 s, 100 M 27-28 s
-(``bench/bench_sink.py``, bench/README.md)."""
 
 
 class MaterializedView:
@@ -59,7 +53,7 @@ class MaterializedView:
         trace = self.runtime.trace(self.runtime.flow.views[self.view])
         meta = {VIEW_META: self.view, TRACE_META: trace.generation}
         unchanged = changed is False and last == epoch - 1
-        rewrite = placement.driver or trace.state.records <= REWRITE_RECORDS
+        rewrite = placement.driver or trace.state.records <= self.runtime.thresholds.rewrite_records
         if rewrite and not (log is not None and log.spark_owned):
             if unchanged:
                 return SinkCommit(self.table, epoch, None, replace=False, meta=meta)

@@ -13,8 +13,9 @@ table's version, schema and settings. A table that needs a reader feature
 either reader lacks is refused, naming the feature. One shortcut: the change feed
 of a small interval, on a table whose features delta-rs reads, is read by
 delta-rs into the driver and handed to Spark as a local relation, with no file
-listing or scan set-up; it reads at most ``DRIVER_FEED_RECORDS`` rows, and a
-larger feed goes to Spark.
+listing or scan set-up; it reads at most as many rows as a small interval
+takes in (``DRIVER_FEED_RECORDS``, or the pipeline's ``sizing.small_records``),
+and a larger feed goes to Spark.
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import HistoryLost, SourceError, first_line
 from dd_etl.failpoints import failpoint
 from dd_etl.local_relations import local_relation
-from dd_etl.runtime.sizing import SMALL_INTERVAL_RECORDS
+from dd_etl.runtime.sizing import Thresholds
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
 
 CHANGE_TYPE = "_change_type"
 INSERTS = ("insert", "update_postimage")
 SIGN = "__sign"
-DRIVER_FEED_RECORDS = SMALL_INTERVAL_RECORDS
-"""The most change rows delta-rs reads into the driver before the feed goes to Spark."""
+DRIVER_FEED_RECORDS = Thresholds.small_records
+"""The most change rows delta-rs reads into the driver before the feed goes to Spark,
+unless the pipeline sets another (``sizing.small_records``)."""
 DRIVER_FEED_FEATURES = frozenset({"deletionVectors", "timestampNtz", "v2Checkpoint"})
 """Reader features delta-rs's change feed reads (it refuses column mapping there)."""
 
@@ -56,8 +58,11 @@ class DeltaSource:
         uri: str,
         mode: str,
         storage_options: dict[str, str] | None = None,
+        driver_feed: int = DRIVER_FEED_RECORDS,
     ) -> None:
         self.spark = spark
+        self.driver_feed = driver_feed
+        """A change feed of at most this many rows is read by the driver."""
         self.pipeline = pipeline
         self.name = name
         self.uri = uri
@@ -211,7 +216,7 @@ class DeltaSource:
     def _feed_in_driver(
         self, table: DeltaTable, start: int, end: int, schema: StructType
     ) -> DataFrame | None:
-        """The feed read by delta-rs, unless it holds more than ``DRIVER_FEED_RECORDS``."""
+        """The feed read by delta-rs, unless it holds more than ``driver_feed`` rows."""
         try:
             batches = table.load_cdf(starting_version=start, ending_version=end)
             read: list[pa.RecordBatch] = []
@@ -219,7 +224,7 @@ class DeltaSource:
             for batch in batches:
                 read.append(pa.record_batch(batch))
                 rows += read[-1].num_rows
-                if rows > DRIVER_FEED_RECORDS:
+                if rows > self.driver_feed:
                     return None
         except Exception as e:
             raise self._feed_lost(start, end, e) from None

@@ -141,11 +141,17 @@ def collect_batches(tasks: Sequence[Sequence[PlannedBatch]]) -> list[CollectedBa
 
 class DeltaStorage:
     def __init__(
-        self, spark: SparkSession, uri: str, rows_per_file: int = spark_files.ROWS_PER_FILE
+        self,
+        spark: SparkSession,
+        uri: str,
+        rows_per_file: int = spark_files.ROWS_PER_FILE,
+        driver_merged: int = driver_merge.DRIVER_MERGED_RECORDS,
     ):
         self.spark = spark
         self.uri = uri
         self.rows_per_file = rows_per_file
+        self.driver_merged = driver_merged
+        """A merge step reading at most this many records is made by the driver."""
 
     def load(self, known: Snapshot | None = None) -> Snapshot:
         with phase(DELTA_LOG):
@@ -239,7 +245,7 @@ class DeltaStorage:
         # one directory per attempt: a crashed attempt's files never mix with a retry's
         attempt = uuid.uuid4().hex[:8]
         directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}-{attempt}"
-        rows = driver_merge.merged(self.uri, state, inputs, hashes, merge.since)
+        rows = driver_merge.merged(self.uri, state, inputs, hashes, merge.since, self.driver_merged)
         if rows is not None:  # few records: no Spark job
             return self._write_collected(state, directory, rows)
         df = spark_files.read_files(self.spark, self.uri, state, inputs)
@@ -263,11 +269,15 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
     """A trace stored as a Delta table; updates go in and come out as Spark DataFrames."""
 
     def __init__(
-        self, spark: SparkSession, uri: str, rows_per_file: int = spark_files.ROWS_PER_FILE
+        self,
+        spark: SparkSession,
+        uri: str,
+        rows_per_file: int = spark_files.ROWS_PER_FILE,
+        driver_merged: int = driver_merge.DRIVER_MERGED_RECORDS,
     ):
         self.spark = spark
         self.uri = uri
-        self.delta_storage = DeltaStorage(spark, uri, rows_per_file)
+        self.delta_storage = DeltaStorage(spark, uri, rows_per_file, driver_merged)
         super().__init__(self.delta_storage)
 
     @classmethod
@@ -281,6 +291,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         dims: int = 1,
         rows_per_file: int = spark_files.ROWS_PER_FILE,
         meta: Mapping[str, str] | None = None,
+        driver_merged: int = driver_merge.DRIVER_MERGED_RECORDS,
     ) -> DeltaTrace:
         """Create the trace if it does not exist yet (a new generation, recording
         ``meta``), then open it."""
@@ -290,7 +301,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         state = TraceState.new(name, dims, tuple(key), schema.json(), uuid.uuid4().hex, meta)
         os.makedirs(uri, exist_ok=True)
         delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
-        return cls(spark, uri, rows_per_file)
+        return cls(spark, uri, rows_per_file, driver_merged)
 
     def batch_plan(self, updates: DataFrame, distinct: bool = False) -> PlannedBatch:
         """``updates`` planned as one file of this trace, to be computed into the

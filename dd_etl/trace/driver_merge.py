@@ -40,11 +40,12 @@ def merged(
     inputs: Sequence[DataFile],
     hashes: HashRange,
     since: Antichain,
+    at_most: int = DRIVER_MERGED_RECORDS,
 ) -> pa.Table | None:
     """The merged rows of ``inputs`` whose key hash is in ``hashes``, times advanced
-    by ``since``, in the stored layout; None when Spark should make them (too
-    many records, or a column the driver cannot group by)."""
-    if sum(f.records for f in inputs) > DRIVER_MERGED_RECORDS:
+    by ``since``, in the stored layout; None when Spark should make them (more
+    than ``at_most`` records, or a column the driver cannot group by)."""
+    if sum(f.records for f in inputs) > at_most:
         return None
     schema = arrow_schema(spark_files.stored_schema(state))
     if not groupable(schema):

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from dd_etl.trace import delta_log
 from dd_etl.trace.delta_trace import DeltaTrace
+from dd_etl.trace.driver_merge import DRIVER_MERGED_RECORDS
 from dd_etl.trace.errors import TraceNotFound
 
 
@@ -67,6 +68,15 @@ def maintain(trace: DeltaTrace, fuel: int | None, retention_hours: float) -> Mai
 
 
 def maintain_warehouse(
-    spark: SparkSession, root: Path, fuel: int | None, retention_hours: float
+    spark: SparkSession,
+    root: Path,
+    fuel: int | None,
+    retention_hours: float,
+    driver_merged: int = DRIVER_MERGED_RECORDS,
 ) -> list[MaintenanceReport]:
-    return [maintain(DeltaTrace(spark, str(p)), fuel, retention_hours) for p in find_traces(root)]
+    """``maintain`` every trace under ``root``; merge steps of at most
+    ``driver_merged`` records are made by the driver."""
+    return [
+        maintain(DeltaTrace(spark, str(p), driver_merged=driver_merged), fuel, retention_hours)
+        for p in find_traces(root)
+    ]

@@ -3,6 +3,7 @@ of Delta sources keyed by one column and SQL views, written under a test's root.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -13,10 +14,12 @@ def delta_pipeline(
     views: dict[str, str],
     materialize: bool,
     changes: bool = False,
+    sizing: Mapping[str, int] | None = None,
 ) -> Path:
     """``root/pipeline.yaml``: each source a Delta table at ``root/<source>`` keyed by
     ``sources[source]``; each view ``views[view]``, materialized at ``out/<view>``
-    if ``materialize``, its change feed at ``feeds/<view>`` if ``changes``."""
+    if ``materialize``, its change feed at ``feeds/<view>`` if ``changes``;
+    ``sizing`` the file's ``sizing:`` settings."""
     lines = [
         f"name: {name}",
         "warehouse: wh",
@@ -31,6 +34,8 @@ def delta_pipeline(
             lines.append(f"    materialize: {{path: out/{view}}}")
         if changes:
             lines.append(f"    changes: {{path: feeds/{view}}}")
+    if sizing:
+        lines.append(f"sizing: {{{', '.join(f'{k}: {v}' for k, v in sizing.items())}}}")
     path = root / "pipeline.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -10,8 +10,10 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.plan import Dataflow
 from dd_etl.plan.sql import compile_view
-from dd_etl.runtime import Runtime, sizing
+from dd_etl.runtime import Runtime
+from dd_etl.runtime.sizing import Thresholds
 from tests.support.child_process import main
+from tests.support.sizings import DEFAULT
 from tests.support.trips_and_zones import TRIPS, ZONES
 
 EPOCHS = 4
@@ -26,7 +28,7 @@ WINDOWS = {
 }
 
 
-def build(spark: SparkSession, warehouse: Path) -> Runtime:
+def build(spark: SparkSession, warehouse: Path, thresholds: Thresholds = DEFAULT) -> Runtime:
     flow = Dataflow(spark, warehouse)
     trips = flow.source("trips", TRIPS, key=["id"])
     zones = flow.source("zones", ZONES)
@@ -35,7 +37,7 @@ def build(spark: SparkSession, warehouse: Path) -> Runtime:
     flow.view("pcs", trips.select("pc").distinct())
     for name, sql in WINDOWS.items():
         compile_view(flow, sql, {"trips": trips}, name=name)
-    return Runtime(flow)
+    return Runtime(flow, thresholds=thresholds)
 
 
 def changes(epoch: int) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
@@ -47,8 +49,8 @@ def changes(epoch: int) -> tuple[list[tuple[object, ...]], list[tuple[object, ..
     return trips, zones
 
 
-def run(spark: SparkSession, warehouse: Path) -> Runtime:
-    rt = build(spark, warehouse)
+def run(spark: SparkSession, warehouse: Path, thresholds: Thresholds = DEFAULT) -> Runtime:
+    rt = build(spark, warehouse, thresholds)
     for first, last in ((0, 2), (2, 3), (3, EPOCHS)):
         for epoch in range(first, last):
             trips, zones = changes(epoch)
@@ -60,6 +62,6 @@ def run(spark: SparkSession, warehouse: Path) -> Runtime:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:  # runs over more source records than this are large intervals
-        sizing.SMALL_INTERVAL_RECORDS = int(sys.argv[2])
-    main("dd_etl-runtime-crash", lambda spark: run(spark, Path(sys.argv[1])))
+    # runs over more source records than the second argument are large intervals
+    sized = Thresholds(small_records=int(sys.argv[2])) if len(sys.argv) > 2 else DEFAULT
+    main("dd_etl-runtime-crash", lambda spark: run(spark, Path(sys.argv[1]), sized))
