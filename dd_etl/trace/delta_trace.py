@@ -36,7 +36,7 @@ from dd_etl.trace import arrow_files, delta_log, driver_merge, spark_files, summ
 from dd_etl.trace.batch import DataFile, batch_dir
 from dd_etl.trace.columns import DIFF, KEY_HASH, time_columns
 from dd_etl.trace.consolidation import consolidated
-from dd_etl.trace.errors import SinceViolation, TraceError
+from dd_etl.trace.errors import SinceViolation, TraceError, TraceNotFound
 from dd_etl.trace.executor_writes import ExecutorBatch
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
 from dd_etl.trace.hash_slices import LOWEST
@@ -293,11 +293,16 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         meta: Mapping[str, str] | None = None,
         driver_merged: int = driver_merge.DRIVER_MERGED_RECORDS,
     ) -> DeltaTrace:
-        """Create the trace if it does not exist yet (a new generation, recording
-        ``meta``), then open it."""
+        """Open the trace, created first if it does not exist yet (a new generation,
+        recording ``meta``). Opening comes first: a run opens every trace of its
+        pipeline, and all but the new ones exist."""
         unknown = [k for k in key if k not in schema.fieldNames()]
         if unknown:
             raise TraceError(f"trace {name!r}: key columns {unknown} are not in the schema")
+        try:
+            return cls(spark, uri, rows_per_file, driver_merged)
+        except TraceNotFound:
+            pass
         state = TraceState.new(name, dims, tuple(key), schema.json(), uuid.uuid4().hex, meta)
         os.makedirs(uri, exist_ok=True)
         delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
