@@ -153,7 +153,7 @@ class SizingConfig(_Model):
 
     small_records: int | None = Field(default=None, ge=0)
     """A run taking in at most this many source records computes in the driver's
-    placement, one Spark job per layer (default 20,000)."""
+    placement, a layer in as few Spark jobs as memory allows (default 20,000)."""
     small_bytes: int | None = Field(default=None, ge=0)
     """A source's new data of at most this many bytes, as Spark estimates them, is
     taken in by the driver (default 2 MiB)."""
