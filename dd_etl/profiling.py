@@ -313,6 +313,12 @@ def traced(name: str) -> AbstractContextManager[None]:
     return nullcontext() if _active is None else _active.trace(name)
 
 
+def current_trace() -> str | None:
+    """The trace the calling thread's work is attributed to in the active run, if
+    any: for the threads it hands work to (``traced``)."""
+    return None if _active is None else getattr(_active._local, "trace", None)
+
+
 @contextmanager
 def phase(name: str) -> Iterator[None]:
     """Count the block's seconds as ``name`` in the active run's profile, if any."""

@@ -21,7 +21,7 @@ from dd_etl.spark_memory import (
     size_bytes,
 )
 from dd_etl.trace.batch_writer import _in_jobs
-from dd_etl.trace.job_groups import COLLECTED_SHARE, ROW_BYTES, WriteCost, job_groups
+from dd_etl.trace.job_groups import COLLECTED_SHARE, ROW_BYTES, Job, WriteCost, job_groups
 
 MIB = 1 << 20
 
@@ -61,23 +61,43 @@ def test_a_pipeline_naming_no_driver_memory_gets_a_quarter_of_the_machine() -> N
     ]
 
 
-def test_writes_share_a_task_up_to_its_share_and_a_job_is_a_task_per_core() -> None:
-    """A task's share of a 120 MiB pool (two tasks at once) holds twelve operators of a 4
-    MiB page and 1 MiB of hash slots each: consecutive writes fill a task to that,
-    two tasks make a job (each of its tasks reads the plans of the whole job), and a
-    write of more than a share is a job of its own, where its task has the whole
-    pool, run as soon as it is met."""
+def test_writes_are_split_into_a_job_per_task_slot_of_about_even_cost() -> None:
+    """Two tasks at once: ten small writes are two jobs of five, side by side; a
+    heavy write is a run of its own, the light ones after it the other."""
+    assert job_groups([WriteCost(1)] * 10, memory(4096)) == [
+        Job([0, 1, 2, 3, 4]),
+        Job([5, 6, 7, 8, 9]),
+    ]
+    assert job_groups([WriteCost(4)] + [WriteCost(1)] * 4, memory(4096)) == [
+        Job([0]),
+        Job([1, 2, 3, 4]),
+    ]
+    assert job_groups([WriteCost(1)], memory(4096, tasks=8)) == [Job([0])]
+
+
+def test_a_job_holds_a_task_share_and_a_larger_write_runs_alone() -> None:
+    """A task's share of a 120 MiB pool (two tasks at once) holds twelve operators of
+    a 4 MiB page and 1 MiB of hash slots each: consecutive writes fill a job to
+    that, and a write of more than a share is a job run alone, where its task has
+    the whole pool."""
     costs = [WriteCost(5), WriteCost(5), WriteCost(13), WriteCost(2), WriteCost(6)]
     costs += [WriteCost(6), WriteCost(12), WriteCost(1)]
-    assert job_groups(costs, memory(120)) == [[[2]], [[0, 1, 3], [4, 5]], [[6], [7]]]
+    assert job_groups(costs, memory(120)) == [
+        Job([2], alone=True),
+        Job([0, 1, 3]),
+        Job([4]),
+        Job([5]),
+        Job([6]),
+        Job([7]),
+    ]
 
 
 def test_the_rows_a_job_brings_to_the_driver_are_bounded() -> None:
-    """An eighth of the pool in rows per job; the rows of a write whose count the
-    logs bound count."""
-    budget = 64 * MIB // COLLECTED_SHARE // ROW_BYTES  # rows per job
+    """An eighth of the pool in rows for the jobs running at once; the rows of a
+    write whose count the logs bound count."""
+    budget = 64 * MIB // COLLECTED_SHARE // 2 // ROW_BYTES  # rows per job, two at once
     costs = [WriteCost(1, budget // 3)] * 7
-    assert job_groups(costs, memory(64, page_mib=1)) == [[[0, 1, 2]], [[3, 4, 5]], [[6]]]
+    assert job_groups(costs, memory(64, page_mib=1)) == [Job([0, 1, 2]), Job([3, 4, 5]), Job([6])]
 
 
 @given(
@@ -85,20 +105,28 @@ def test_the_rows_a_job_brings_to_the_driver_are_bounded() -> None:
     st.integers(64, 4096),
     st.integers(1, 8),
 )
-def test_every_write_is_in_one_task_and_each_fits(
+def test_every_write_is_in_one_job_and_each_fits(
     costs: list[tuple[int, int]], pool_mib: int, tasks: int
 ) -> None:
     spark = memory(pool_mib, page_mib=2, tasks=tasks)
     writes = [WriteCost(o, r) for o, r in costs]
     jobs = job_groups(writes, spark)
-    assert sorted(i for job in jobs for task in job for i in task) == list(range(len(writes)))
+    assert sorted(i for job in jobs for i in job.writes) == list(range(len(writes)))
     share = spark.pool_bytes // spark.tasks
     for job in jobs:
-        assert 1 <= len(job) <= spark.tasks
-        alone = len(job) == 1 and len(job[0]) == 1
-        assert alone or all(sum(writes[i].bytes(spark) for i in task) <= share for task in job)
-        rows = sum(writes[i].records * ROW_BYTES for task in job for i in task)
-        assert alone or rows <= spark.pool_bytes // COLLECTED_SHARE
+        assert job.writes == sorted(job.writes)
+        if job.alone:
+            assert len(job.writes) == 1 and writes[job.writes[0]].bytes(spark) > share
+            continue
+        assert sum(writes[i].bytes(spark) for i in job.writes) <= share
+        rows = sum(writes[i].records * ROW_BYTES for i in job.writes)
+        assert rows <= spark.pool_bytes // COLLECTED_SHARE // spark.tasks or len(job.writes) == 1
+
+
+@given(st.integers(1, 60), st.integers(1, 8))
+def test_writes_of_one_cost_keep_every_task_slot_busy(count: int, tasks: int) -> None:
+    jobs = job_groups([WriteCost(1)] * count, memory(4096, page_mib=2, tasks=tasks))
+    assert len(jobs) == min(count, tasks)
 
 
 def test_spark_running_out_of_memory_is_told_apart_from_a_bug() -> None:
@@ -117,7 +145,9 @@ def test_spark_running_out_of_memory_is_told_apart_from_a_bug() -> None:
 
 def test_a_job_out_of_memory_is_computed_again_in_halves() -> None:
     """Halves, a task each, halved again while they fail; a write failing alone is
-    ``SparkOutOfMemory``; an error that is not Spark's memory is not retried."""
+    ``SparkOutOfMemory``; an error that is not Spark's memory is not retried. A
+    job that failed beside others is halved right away, or tried alone if it is
+    one write."""
     ran: list[list[int]] = []
 
     def job(tasks: Sequence[Sequence[int]], fits: int = 2) -> list[int]:
@@ -131,6 +161,12 @@ def test_a_job_out_of_memory_is_computed_again_in_halves() -> None:
     assert ran == [[0, 1, 2, 3, 4], [0, 1, 2], [0, 1], [2], [3, 4]]
     with pytest.raises(SparkOutOfMemory, match="layers/1"):
         _in_jobs(lambda tasks: job(tasks, fits=0), [[0, 1]], memory(64), "layers/1")
+    ran.clear()
+    assert _in_jobs(job, [[0, 1, 2]], memory(64), "layers/1", again=True) == [0, 10, 20]
+    assert ran == [[0, 1], [2]]
+    ran.clear()
+    assert _in_jobs(job, [[7]], memory(64), "layers/1", again=True) == [70]
+    assert ran == [[7]]
 
     def bug(tasks: Sequence[Sequence[int]]) -> list[int]:
         raise PySparkException(message="[DIVIDE_BY_ZERO] not about memory")

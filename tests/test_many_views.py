@@ -119,14 +119,14 @@ def test_every_view_equals_duckdb_over_a_load_and_three_epochs(
         views.change()
         profile = cli("run", path, "--profile")
         assert mismatched(views) == []
-        # at the tests' 2 GB every layer's traces share one job
-        assert GROUPED.findall(profile) == [], GROUPED.findall(profile)
+        # at the tests' 2 GB a layer's traces share a job per task slot (two)
+        assert all(int(jobs) <= 2 for _, jobs in GROUPED.findall(profile)), profile
 
 
 def test_a_small_driver_computes_a_layer_in_more_jobs(tmp_path: Path) -> None:
     """At 512 MB, a fifth of it for tasks and storage, the driver's tasks share
-    about 30 MB: the traces of a layer that share one job at the tests' 2 GB are
-    grouped into several, and the run passes."""
+    about 30 MB: the traces of a layer that share a job per task slot at the
+    tests' 2 GB are grouped into more, and the run passes."""
     views = ManyViews(tmp_path, VIEWS)
     small = {"spark.driver.memory": "512m", "spark.memory.fraction": "0.2"}
     path = views.pipeline({"spark.sql.shuffle.partitions": "2", **small}, "small_driver")
@@ -144,4 +144,4 @@ def test_a_small_driver_computes_a_layer_in_more_jobs(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert mismatched(views) == []
     grouped = {int(layer): int(jobs) for layer, jobs in GROUPED.findall(done.stdout)}
-    assert grouped and min(grouped.values()) >= 2, done.stdout
+    assert grouped and max(grouped.values()) > 2, done.stdout

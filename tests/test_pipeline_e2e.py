@@ -54,9 +54,10 @@ def test_views_follow_the_sources_epoch_by_epoch(spark: SparkSession, tmp_path: 
             profile = json.loads(cli("status", str(pipeline), "--json"))["last_run"]["profile"]
             steps = {k: c["spark_jobs"] for k, c in profile["traces"].items()}
             jobs = {k: n for k, n in steps.items() if n and "/" not in k}  # not traces
-            # one job computes the changes of every source and one the rows of every
-            # sink (a file source's schema is read from its footer in the driver)
-            assert jobs == {"ingest": 1, "sinks": 1}
+            # a job per task slot (two) computes the changes of the sources, and one
+            # per slot the rows of the sinks (a file source's schema is read from
+            # its footer in the driver)
+            assert jobs == {"ingest": 2, "sinks": 2}
 
     # a run with no new data is an empty epoch; past epochs stay readable. Its cost,
     # printed with --profile, is kept for status

@@ -1,4 +1,5 @@
-"""A run's cost is recorded, and a small change costs one Spark job per layer of traces.
+"""A run's cost is recorded, and a small change costs a Spark job per task slot per
+layer of traces.
 
 The job counts are pinned: they are deterministic for a dataflow, its data and
 its sizing, and a change that makes a small epoch launch more jobs (a counting
@@ -27,6 +28,7 @@ from dd_etl.runtime import Runtime, interval
 from dd_etl.runtime.execution import LAYER_LABEL
 from dd_etl.runtime.holds import RUNTIME_READER
 from dd_etl.runtime.sizing import Thresholds
+from dd_etl.spark_driver import driver_for
 from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace, PlannedBatch
 from tests.support.sizings import DEFAULT
 
@@ -109,7 +111,9 @@ def contents(rt: Runtime, view: str) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(r) for r in rt.read(view).collect())
 
 
-def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_small_change_costs_a_spark_job_per_task_slot_per_layer(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     rt = build(spark, tmp_path / "warehouse")
     load(spark, rt, 60)
     first = rt.run()
@@ -131,22 +135,26 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     # nor for the routes view: every zone still has trips, so the counts of the
     # DISTINCT below it changed and its rows did not
     idle = only_zones | {"sources/trips", "views/routes"}
-    # one Spark job per layer computes the batches of its traces, and none computes
-    # or counts anything for a trace on its own
+    # a Spark job per task slot (two cores: two) computes the batches of a layer's
+    # traces, and none computes or counts anything for a trace on its own
     layers = [{x.trace_name for x in layer} for layer in rt.layers()]
-    computed = {f"{LAYER_LABEL}/{d}" for d, layer in enumerate(layers) if layer - idle}
-    assert set(profile.traces) == maintained | computed
+    slots = driver_for(spark).memory().tasks
+    computed = {
+        f"{LAYER_LABEL}/{d}": min(len(layer - idle), slots)
+        for d, layer in enumerate(layers)
+        if layer - idle
+    }
+    assert set(profile.traces) == maintained | set(computed)
     jobs = {name: cost.spark_jobs for name, cost in profile.traces.items()}
-    assert jobs == {name: 1 if name in computed else 0 for name in maintained | computed}
-    assert profile.spark_jobs == len(computed) == 6
+    assert jobs == {name: computed.get(name, 0) for name in maintained | set(computed)}
+    assert len(computed) == 6
+    assert profile.spark_jobs == sum(computed.values()) == 9
     assert len(maintained - idle) == 11
     # and each job is one stage: every read is one partition, which stays one
     # partition through the plan, so nothing is shuffled (not even behind the join
     # of joins: the driver's reads are local relations whose sizes Spark knows)
-    assert {name: profile.traces[name].spark_stages for name in computed} == dict.fromkeys(
-        computed, 1
-    )
-    assert profile.spark_stages == 6
+    assert {name: profile.traces[name].spark_stages for name in computed} == computed
+    assert profile.spark_stages == 9
     assert set(profile.phases) == set(PHASES) - {"sinks"}
     assert all(profile.traces[t].phases[DELTA_LOG] > 0 for t in maintained)
     assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in computed)
@@ -158,7 +166,7 @@ def test_a_small_change_costs_one_spark_job_per_layer(spark: SparkSession, tmp_p
     assert all(profile.traces[t].bytes_written == 0 for t in idle)
     assert profile.bytes_written == sum(c.bytes_written for c in profile.traces.values()) > 0
     text = "\n".join(profile.lines())
-    assert "6 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+    assert "9 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
     # what the JVM's compilers did beside the run is reported (its seconds, like
     # all seconds, never asserted)
     assert profile.jvm_compiling is not None and profile.jvm_compiling >= 0
@@ -193,7 +201,7 @@ def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: P
 
 
 def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_path: Path) -> None:
-    """Epoch after epoch, a small change still costs one job per layer: a lookup
+    """Epoch after epoch, a small change still costs a job per slot per layer: a lookup
     whose key hashes are unknown (an accumulation reading its own sums) reads a
     small trace whole in the driver, however many batch files it has gathered,
     rather than launch a job to find which files hold the keys."""
@@ -203,7 +211,7 @@ def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_pat
     live = {i: trip(i) for i in range(60)}
     for epoch in range(1, 6):  # the fifth reads five batch files of each sum
         change(spark, rt, epoch)
-        assert rt.run().profile.spark_jobs == 6, epoch  # type: ignore[union-attr]
+        assert rt.run().profile.spark_jobs == 9, epoch  # type: ignore[union-attr]
         live[1000 + epoch] = trip(1000 + epoch)
         live[epoch] = trip(epoch, epoch)
         del live[50 + epoch]

@@ -37,6 +37,11 @@ from dd_etl.sql_syntax import quote
 _SEPARATOR = "\x1f"
 """Joins a list's items into one string; an item holding it goes the slow way."""
 _GROUP_PROPERTY = "spark.jobGroup.id"
+_CALL_SITE_PROPERTY = "callSite.long"
+"""Where Spark says a job's RDDs were made. Unset, Spark finds it for every RDD
+by walking and formatting the thread's stack: a plan of a few hundred operators
+makes as many RDDs, and at 50 views that was 4 s an epoch. The job group names
+the work as well."""
 _READ_ARROW = "org.apache.spark.sql.api.python.PythonSQLUtils.readArrowStreamFromFile"
 _TO_DATAFRAME = "org.apache.spark.sql.api.python.PythonSQLUtils.toDataFrame"
 _TO_SEQ = "org.apache.spark.api.python.PythonUtils.toSeq"
@@ -187,6 +192,7 @@ class ClassicStatus:
     def label(self, group: str | None) -> str | None:
         before = self._context.getLocalProperty(_GROUP_PROPERTY)
         self._context.setLocalProperty(_GROUP_PROPERTY, group)  # type: ignore[arg-type]
+        self._context.setLocalProperty(_CALL_SITE_PROPERTY, group)  # type: ignore[arg-type]
         return before
 
     def job_ids(self, group: str | None) -> list[int]:

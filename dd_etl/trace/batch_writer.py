@@ -7,28 +7,28 @@ planned apart (``Write``), and the interval's ``Placement``, decided once by the
 caller, says how Spark computes them together:
 
 * in the driver's placement, Spark jobs compute the rows of all of them into the
-  driver (``collect_batches``), as many writes a job as Spark's memory allows
-  (``job_groups``), and each write commits the rows it is handed, with no Spark
-  job of its own: the few hundred rows of a small interval cost a job for all,
-  not a job each;
+  driver (``collect_batches``), as many writes a job as Spark's memory allows,
+  a job for each task slot (``job_groups``), the jobs side by side; each write
+  commits the rows it is handed, with no Spark job of its own: the few hundred
+  rows of a small interval cost a job a core, not a job each;
 * on the executors, one Spark job writes the files of those batches that ask to
   be written with others (``executor_writes.write_each``), and each commits the
   files written for it;
 * any write given nothing (more rows than the driver takes, a batch written
   alone, a failed shared job retried apart) computes and writes itself.
 
-A shared job that runs Spark out of memory (or loses an executor) is run again
-as two jobs of half its writes each, a task each (so each task has the pool to
-itself), halved again while they fail; a write that fails alone is
-``SparkOutOfMemory``, naming what to raise. A crash between the shared job and
-the commits loses nothing: files nobody committed are never read, and the next
-run plans the same writes again.
+A shared job that runs Spark out of memory (or loses an executor) is run again,
+once the jobs beside it are done, as two jobs of half its writes each, one after
+the other (so each task has the pool to itself), halved again while they fail;
+a write that fails alone is ``SparkOutOfMemory``, naming what to raise. A crash
+between the shared jobs and the commits loses nothing: files nobody committed
+are never read, and the next run plans the same writes again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -39,12 +39,12 @@ from pyspark.sql import DataFrame
 
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
-from dd_etl.profiling import count_grouped, traced
+from dd_etl.profiling import count_grouped, current_trace, traced
 from dd_etl.spark_memory import SparkMemory, SparkOutOfMemory, exhausted
 from dd_etl.trace.batch import WrittenBatch
 from dd_etl.trace.delta_trace import CollectedBatch, DeltaTrace, PlannedBatch, collect_batches
 from dd_etl.trace.executor_writes import ExecutorBatch, write_each
-from dd_etl.trace.job_groups import WriteCost, job_groups
+from dd_etl.trace.job_groups import Job, WriteCost, job_groups
 from dd_etl.trace.placement import Placement
 from dd_etl.trace.state import TraceState
 
@@ -126,11 +126,10 @@ def computed_together(
         with label:
             jobs = job_groups([writes[i].cost for i in ids], memory)
             count_grouped(len(jobs))
-            for job in jobs:
-                tasks = [[planned[j] for j in task] for task in job]
-                batches = _in_jobs(collect_batches, tasks, memory, what)
-                for i, batch in zip([ids[j] for task in job for j in task], batches, strict=True):
-                    computed[i] = batch
+            batches = _side_by_side(collect_batches, planned, jobs, memory, what)
+            for job, collected in zip(jobs, batches, strict=True):
+                for j, batch in zip(job.writes, collected, strict=True):
+                    computed[ids[j]] = batch
     else:
         executor_batches = _each(pool, lambda w: w.to_write_on_executors(), writes)
         together = [(i, b) for i, b in enumerate(executor_batches) if b is not None]
@@ -145,26 +144,73 @@ def computed_together(
     return computed
 
 
+def _side_by_side(
+    job: Callable[[Sequence[Sequence[T]]], Sequence[U]],
+    items: Sequence[T],
+    jobs: Sequence[Job],
+    memory: SparkMemory,
+    what: str,
+) -> list[list[U]]:
+    """The results of ``jobs``, each ``job`` over its ``items`` in one task: those
+    that share the pool run ``memory.tasks`` at a time, each launched from a
+    thread of its own (Spark's driver plans a job on the thread that launches
+    it), their work the caller's trace's; then, one at a time, each job that
+    needs the pool alone and each that ran Spark out of memory beside others
+    (``_in_jobs``, halving those)."""
+    results: dict[int, list[U]] = {}
+    alone = [k for k, j in enumerate(jobs) if j.alone]
+    shared = [k for k, j in enumerate(jobs) if not j.alone]
+    exhausted_beside: set[int] = set()
+    label = current_trace()  # the threads' jobs are the caller's
+
+    def attempt(k: int) -> None:
+        with traced(label) if label is not None else nullcontext():
+            try:
+                results[k] = _once(job, [[items[i] for i in jobs[k].writes]], what)
+            except SPARK_ERRORS as e:
+                if exhausted(e) is None:
+                    raise
+                exhausted_beside.add(k)
+
+    if len(shared) > 1:
+        with ThreadPoolExecutor(max_workers=memory.tasks) as threads:
+            list(threads.map(attempt, shared))
+    else:
+        alone = shared + alone
+    for k in sorted([*alone, *exhausted_beside]):
+        writes = [items[i] for i in jobs[k].writes]
+        results[k] = _in_jobs(job, [writes], memory, what, again=k in exhausted_beside)
+    return [results[k] for k in range(len(jobs))]
+
+
+def _once(
+    job: Callable[[Sequence[Sequence[T]]], Sequence[U]], tasks: Sequence[Sequence[T]], what: str
+) -> list[U]:
+    failpoint(f"{what}.job")
+    return list(job(tasks))
+
+
 def _in_jobs(
     job: Callable[[Sequence[Sequence[T]]], Sequence[U]],
     tasks: Sequence[Sequence[T]],
     memory: SparkMemory,
     what: str,
+    again: bool = False,
 ) -> list[U]:
     """``job(tasks)``: one Spark job, computing the items of each task together;
-    if it runs Spark out of memory, the items in two jobs of one task each, halved
-    again while they fail, and ``SparkOutOfMemory`` if one fails alone. The
-    results of the items, in order."""
-    try:
-        failpoint(f"{what}.job")
-        return list(job(tasks))
-    except SPARK_ERRORS as e:
-        sign = exhausted(e)
-        if sign is None:
-            raise
-        items = [item for task in tasks for item in task]
-        if len(items) == 1:
-            raise SparkOutOfMemory(what, memory, sign) from e
+    if it runs Spark out of memory (``again``: it did, beside other jobs), the
+    items in two jobs of one task each, halved again while they fail, and
+    ``SparkOutOfMemory`` if one fails alone. The results of the items, in order."""
+    items = [item for task in tasks for item in task]
+    if not again or len(items) == 1:
+        try:
+            return _once(job, tasks, what)
+        except SPARK_ERRORS as e:
+            sign = exhausted(e)
+            if sign is None:
+                raise
+            if len(items) == 1:
+                raise SparkOutOfMemory(what, memory, sign) from e
     half = (len(items) + 1) // 2
     return [
         *_in_jobs(job, [items[:half]], memory, what),

@@ -1,17 +1,19 @@
-"""Which writes share a Spark job, and which of them one task computes: as many as
-fit what Spark's memory allows.
+"""Which writes share a Spark job: as many as fit what Spark's memory allows, and
+few enough that the jobs keep every task slot busy.
 
-A task holds a page of memory for each hash table and sort its plans run (and a
-hash table its slots), plus their rows, until it ends; the tasks of a job run
-``SparkMemory.tasks`` at a time and share one pool. So the writes a task
-computes together are packed under a task's share of the pool, a write needing
-more than that runs in a job alone (where its task has all of the pool), and a
-job is as many tasks as Spark runs at once: every task of a job deserializes the
-plans of the whole job, so more tasks than cores would only repeat that work. A
-job's rows are bounded too, as the driver holds all of them before it writes
-any. Few jobs is the point (each costs a fixed fraction of a second): a layer of
-a hundred small traces is one job or a few, one of heavy traces several. Pure:
-the costs come from the plans, the memory from the session.
+A job is one task, which holds a page of memory for each hash table and sort its
+plans run (and a hash table its slots), plus their rows, until it ends. Jobs run
+side by side, as many at once as Spark runs tasks, and their tasks share one pool:
+so the writes of a job are packed under a task's share of it, and a write needing
+more than that runs in a job alone, while no other job does, where its task has
+all of the pool. Spark's driver plans a job (optimizes, makes its RDDs) on the
+thread that launches it, for a fixed part of a second: one job a core plans a
+layer on every core at once, where one job for all planned it on one. So the
+writes are split into as many runs of about even cost as Spark runs tasks at once,
+no more (each job costs a fixed fraction of a second): a layer of a hundred small
+traces is two jobs on two cores, one of heavy traces several. The rows of the jobs
+running at once are bounded too, as the driver holds all of a job's before it
+writes any. Pure: the costs come from the plans, the memory from the session.
 """
 
 from __future__ import annotations
@@ -27,11 +29,9 @@ SLOTS_BYTES = 1 << 20
 """What a hash table takes besides its pages before its first row: Spark allocates
 an aggregation's map with 65,536 slots of two longs up front."""
 COLLECTED_SHARE = 8
-"""The rows one job brings to the driver take at most this fraction of the pool:
-they are held whole by the JVM, then by Python, before any is written."""
-
-Job = list[list[int]]
-"""The writes (their indices) of each task of one job."""
+"""The rows the jobs running at once bring to the driver take at most this
+fraction of the pool: each job's are held whole by the JVM, then by Python,
+before any is written."""
 
 
 @dataclass(frozen=True)
@@ -46,44 +46,48 @@ class WriteCost:
         return self.operators * (memory.page_bytes + SLOTS_BYTES) + self.records * ROW_BYTES
 
 
-def job_groups(costs: Sequence[WriteCost], memory: SparkMemory) -> list[Job]:
-    """The jobs computing the writes of ``costs``, each as its tasks' writes, in
-    order: consecutive writes share a task up to a task's share of the pool, a
-    job holds as many tasks as run at once and as many rows as the driver takes,
-    and a write needing more than a task's share is a job of its own."""
-    share = memory.pool_bytes // memory.tasks
-    collected = memory.pool_bytes // COLLECTED_SHARE
-    jobs: list[Job] = []
-    job: Job = []
-    task: list[int] = []
-    task_bytes = job_rows = 0
+@dataclass(frozen=True)
+class Job:
+    """The writes (their indices) one Spark job computes, in one task."""
 
-    def close_task() -> None:
-        nonlocal task, task_bytes
-        if task:
-            job.append(task)
-        task, task_bytes = [], 0
+    writes: list[int]
+    alone: bool = False
+    """It needs more than a task's share of the pool: it runs while no other job does."""
+
+
+def job_groups(costs: Sequence[WriteCost], memory: SparkMemory) -> list[Job]:
+    """The jobs computing the writes of ``costs``, in order: the writes that fit a
+    task's share split into ``memory.tasks`` runs of consecutive writes of about
+    even cost, each run into jobs of up to a task's share and of the rows the
+    driver takes; a write needing more than a share is a job alone."""
+    share = memory.pool_bytes // memory.tasks
+    collected = memory.pool_bytes // COLLECTED_SHARE // memory.tasks
+    needs = [cost.bytes(memory) for cost in costs]
+    total = sum(need for need in needs if need <= share)
+    jobs: list[Job] = []
+    job: list[int] = []
+    job_bytes = job_rows = 0
+    run = before = 0
 
     def close_job() -> None:
-        nonlocal job, job_rows
-        close_task()
+        nonlocal job, job_bytes, job_rows
         if job:
-            jobs.append(job)
-        job, job_rows = [], 0
+            jobs.append(Job(job))
+        job, job_bytes, job_rows = [], 0, 0
 
-    for i, cost in enumerate(costs):
-        need, rows = cost.bytes(memory), cost.records * ROW_BYTES
+    for i, (cost, need) in enumerate(zip(costs, needs, strict=True)):
         if need > share:
-            jobs.append([[i]])
+            jobs.append(Job([i], alone=True))
             continue
-        if task and task_bytes + need > share:
-            close_task()
-            if len(job) == memory.tasks:
-                close_job()
-        if (job or task) and job_rows + rows > collected:
+        rows = cost.records * ROW_BYTES
+        # the run whose even part of the total holds this write's middle
+        its_run = min((2 * before + need) * memory.tasks // (2 * total), memory.tasks - 1)
+        if its_run != run or job_bytes + need > share or job_rows + rows > collected:
             close_job()
-        task.append(i)
-        task_bytes += need
+        run = its_run
+        job.append(i)
+        job_bytes += need
         job_rows += rows
+        before += need
     close_job()
     return jobs
