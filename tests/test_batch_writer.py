@@ -64,8 +64,11 @@ class RowsTaken:
         return 0 if computed is None else computed.rows.num_rows
 
 
-def test_in_the_driver_one_job_computes_every_write(spark: SparkSession, tmp_path: Path) -> None:
-    """Traces and plain rows, computed by one Spark job into the driver and each
+def test_in_the_driver_a_job_per_task_slot_computes_every_write(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Traces and plain rows, computed into the driver by a Spark job per task slot
+    (two), launched from threads that carry the caller's job group, and each
     committed of what it was handed; a surely empty batch plans nothing, and a
     trace that holds the interval already commits nothing."""
     fresh, empty, held = (trace(spark, tmp_path / n) for n in ("fresh", "empty", "held"))
@@ -80,7 +83,7 @@ def test_in_the_driver_one_job_computes_every_write(spark: SparkSession, tmp_pat
     made: list[object] = []
     with applied(spark, SMALL):
         work = lambda: made.extend(write_together([*traces, sink], DRIVER, memory(spark)))  # noqa: E731
-        assert jobs_of(spark, "writer-driver", work) == 1
+        assert jobs_of(spark, "writer-driver", work) == 2
     assert made == [True, True, False, 2]
     assert contents(fresh.read_at()) == {(0, "v0"): 3, (1, "v1"): 2, (2, "v2"): 2}
     assert empty.state.upper == e(1) and empty.state.records == 0

@@ -28,14 +28,15 @@ are never read, and the next run plans the same writes again.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark import InheritableThread
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
@@ -126,7 +127,8 @@ def computed_together(
         with label:
             jobs = job_groups([writes[i].cost for i in ids], memory)
             count_grouped(len(jobs))
-            batches = _side_by_side(collect_batches, planned, jobs, memory, what)
+            spark = planned[0].rows.sparkSession
+            batches = _side_by_side(collect_batches, planned, jobs, memory, what, spark)
             for job, collected in zip(jobs, batches, strict=True):
                 for j, batch in zip(job.writes, collected, strict=True):
                     computed[ids[j]] = batch
@@ -150,11 +152,12 @@ def _side_by_side(
     jobs: Sequence[Job],
     memory: SparkMemory,
     what: str,
+    spark: SparkSession,
 ) -> list[list[U]]:
     """The results of ``jobs``, each ``job`` over its ``items`` in one task: those
-    that share the pool run ``memory.tasks`` at a time, each launched from a
-    thread of its own (Spark's driver plans a job on the thread that launches
-    it), their work the caller's trace's; then, one at a time, each job that
+    that share the pool run ``memory.tasks`` at a time, launched from threads of
+    their own (Spark's driver plans a job on the thread that launches it) that
+    inherit the caller's job group and trace; then, one at a time, each job that
     needs the pool alone and each that ran Spark out of memory beside others
     (``_in_jobs``, halving those)."""
     results: dict[int, list[U]] = {}
@@ -173,8 +176,23 @@ def _side_by_side(
                 exhausted_beside.add(k)
 
     if len(shared) > 1:
-        with ThreadPoolExecutor(max_workers=memory.tasks) as threads:
-            list(threads.map(attempt, shared))
+        failed: list[BaseException] = []
+
+        def lane(ks: Sequence[int]) -> None:
+            try:
+                for k in ks:
+                    attempt(k)
+            except BaseException as e:  # raised again by the caller's thread
+                failed.append(e)
+
+        lanes = [shared[i :: memory.tasks] for i in range(min(memory.tasks, len(shared)))]
+        threads = [InheritableThread(lane, args=(ks,), session=spark) for ks in lanes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failed:
+            raise failed[0]
     else:
         alone = shared + alone
     for k in sorted([*alone, *exhausted_beside]):
