@@ -7,6 +7,8 @@ aggregates, windows and grouping sets seven levels deep), at ``--views`` sizes.
 Per size, in one process: the load, ``--epochs`` epochs of the generator's
 change (a few dozen rows over every source: every view's inputs change), and one
 epoch in which only the support tickets change (most views' inputs do not).
+Also the seconds opening the pipeline takes, the first time and again after the
+load (what every ``dd-etl`` command and Dagster step pays before its run).
 Beside each: Spark jobs, planning seconds (summed over threads), Delta commits,
 and plain Spark SQL building every view as a table in order, as ``dbt run`` does
 on Spark (each view written as parquet, the views above it reading that). A
@@ -75,8 +77,14 @@ def spark_sql_build(spark: SparkSession, views: ManyViews, out: Path) -> float:
 
 def size(spark: SparkSession, root: Path, n: int, epochs: int) -> dict[str, Any]:
     views = ManyViews(root / f"views_{n}", n)
-    pipeline = open_pipeline(views.pipeline(), spark)
-    row: dict[str, Any] = {"views": n, "load": measured(run_tick(pipeline))}
+    file = views.pipeline()
+    start = time.perf_counter()
+    pipeline = open_pipeline(file, spark)
+    row: dict[str, Any] = {"views": n, "open": round(time.perf_counter() - start, 2)}
+    row["load"] = measured(run_tick(pipeline))
+    start = time.perf_counter()
+    open_pipeline(file, spark)
+    row["open_again"] = round(time.perf_counter() - start, 2)
     row["spark_sql_build"] = spark_sql_build(spark, views, root / f"sql_{n}")
     row["epochs"] = []
     for _ in range(epochs):
@@ -104,6 +112,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     seconds.plot(n, [r["tickets_only"]["seconds"] for r in rows], "o-", label="epoch, tickets")
     seconds.plot(n, [r["spark_sql_build"] for r in rows], "s--", label="Spark SQL, every view")
     seconds.plot(n, [epoch(r, "planning_seconds") for r in rows], "x:", label="epoch planning")
+    seconds.plot(n, [r["open_again"] for r in rows], "x--", label="opening the pipeline again")
     jobs.plot(n, [epoch(r, "spark_jobs") for r in rows], "o-", label="Spark jobs an epoch")
     jobs.plot(n, [epoch(r, "delta_commits") for r in rows], "o-", label="Delta commits an epoch")
     for ax, title in ((seconds, "seconds"), (jobs, "per epoch of every source")):

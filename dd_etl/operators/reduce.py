@@ -175,10 +175,12 @@ def null_safe_join(
     kept = [quote(c) for c in right.columns if c not in key]
     r = sql_text.select(right, [*[f"{k} AS {r}" for k, r in renamed], *kept])
     left, r = colocated(left, r, hash_right and bool(key))
-    # one group (no key): every row matches
-    cond = " AND ".join(f"__left.{k} <=> __right.{r}" for k, r in renamed) or "TRUE"
-    on = sql_text.expr(left.sparkSession, cond)
-    joined = left.alias("__left").join(r.alias("__right"), on, how)
+    # Renamed, each key column is one side's: no alias needed to name it. One
+    # group (no key): every row matches.
+    cond = " AND ".join(f"{k} <=> {r}" for k, r in renamed) or "TRUE"
+    joined = left.join(r, sql_text.expr(left.sparkSession, cond), how)
+    if how in ("left_semi", "left_anti") or not key:
+        return joined  # no column of the right side's in the output
     return joined.drop(*[f"__r_{k}" for k in key])
 
 

@@ -12,6 +12,8 @@ tables a query names and to refuse, before Spark starts, what no view may say
 
 from __future__ import annotations
 
+import functools
+
 import sqlglot
 from sqlglot import exp
 
@@ -36,7 +38,7 @@ def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list
     assert view.sql is not None
     key = f"views.{name}.sql"
     try:
-        tree = sqlglot.parse_one(view.sql, read="spark")
+        named = _named_tables(name, view.sql)
     except sqlglot.errors.ParseError as e:
         first = e.errors[0] if e.errors else {}
         line = int(first.get("line", 1))
@@ -45,31 +47,40 @@ def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list
             f"line {line}, col {first.get('col', '?')} of the query: {first.get('description', e)}",
             line_offset=line - 1,
         ) from None
-    try:
-        refuse(tree, Located(name, view.sql, "spark"))
     except SqlError as e:
         line = e.line or 1
         where = f"line {line}, col {e.col} of the query" if e.line else "the query"
         raise ConfigError(
             loaded.file, key, f"{where}: {e.reason}", query_line_in_file(loaded, key, line)
         ) from None
-    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
     found: list[str] = []
-    for table in tree.find_all(exp.Table):
-        if table.name in ctes or not table.name:
-            continue
-        if table.name not in known:
-            line, col = _position(view.sql, table)
+    for table, line, col in named:
+        if table not in known:
             raise ConfigError(
                 loaded.file,
                 key,
-                f"line {line}, col {col} of the query: unknown table {table.name!r}; "
+                f"line {line}, col {col} of the query: unknown table {table!r}; "
                 f"tables are {sorted(known - {name})}",
                 query_line_in_file(loaded, key, line),
             )
-        if table.name not in found:
-            found.append(table.name)
+        if table not in found:
+            found.append(table)
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _named_tables(view: str, sql: str) -> tuple[tuple[str, int, int], ...]:
+    """The tables query ``sql`` of ``view`` names outside its own CTEs, each with
+    its line and column, in order; what no view may say refused. Kept per query:
+    building a pipeline asks for each view's tables more than once."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    refuse(tree, Located(view, sql, "spark"))
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    return tuple(
+        (table.name, *_position(sql, table))
+        for table in tree.find_all(exp.Table)
+        if table.name and table.name not in ctes
+    )
 
 
 def view_order(loaded: LoadedConfig) -> list[str]:

@@ -30,12 +30,17 @@ from dd_etl.pipeline.config import (
     warehouse_of,
 )
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
+from dd_etl.plan.inferred import InferredSchemas, analysis_context
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.sizing import Thresholds
 from dd_etl.sinks import ChangeFeed, MaterializedView
 from dd_etl.sources import DeltaSource, FileSource, SourceReader
 from dd_etl.trace import delta_log
 from dd_etl.trace.errors import TraceNotFound
+
+INFERRED_SCHEMAS_FILE = "_pipeline/schemas.json"
+"""The operator schemas Spark gave when the pipeline was last built
+(``plan/inferred.py``): opening it again asks Spark only for what changed."""
 
 
 @dataclass
@@ -90,7 +95,8 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
     order = view_order(loaded)
     spark = spark or session_for(loaded)
     warehouse = warehouse_of(loaded)
-    flow = Dataflow(spark, warehouse, name=config.name)
+    schemas = InferredSchemas(warehouse / INFERRED_SCHEMAS_FILE, analysis_context(spark))
+    flow = Dataflow(spark, warehouse, name=config.name, schemas=schemas)
     thresholds = Thresholds(**config.sizing.settings())
     readers: dict[str, SourceReader] = {}
     tables: dict[str, Collection] = {}
@@ -112,6 +118,7 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
         # compile_view registers SQL views itself; Python views are registered here
         tables[name] = built if name in flow.views else flow.view(name, built)
         flow.refresh[name] = view.refresh_policy
+    schemas.save()
     runtime = Runtime(flow, config.compaction.retain_epochs, thresholds)
     return Pipeline(loaded, spark, flow, runtime, readers, tables)
 

@@ -148,7 +148,7 @@ def _grouped(
 def _called(source: CollectionT, by: tuple[str, ...], calls: dict[str, str]) -> CollectionT:
     """The calls per group, by one reduction over the groups' rows."""
     named = tuple(calls.items())
-    schema = source.flow.reduced_schema(source.node, by, aggregation(named), "aggregate")
+    schema = source.flow.reduced_schema(source.node, by, aggregation(named), "aggregate", named)
     return source._reduce(by, "aggregate", schema, calls=named)
 
 

@@ -26,7 +26,12 @@ class ComposableFlow(Protocol[C_co]):
     def constant(self, rows: Sequence[Sequence[Any]], schema: StructType) -> C_co: ...
 
     def reduced_schema(
-        self, node: n.Node, key: tuple[str, ...], reducer: Reducer, what: str
+        self,
+        node: n.Node,
+        key: tuple[str, ...],
+        reducer: Reducer,
+        what: str,
+        calls: tuple[tuple[str, str], ...],
     ) -> StructType: ...
 
 

@@ -35,6 +35,7 @@ from dd_etl.plan import nodes as n
 from dd_etl.plan.aggregates import Aggregate, build_aggregate
 from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.graph import keyed_leaves
+from dd_etl.plan.inferred import InferredSchemas
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.plan.loops import reads_loop_variable
 from dd_etl.plan.refresh import RefreshPolicy
@@ -53,7 +54,13 @@ epoch and, for groups of thousands, hold as many rows as its input."""
 
 
 class Dataflow:
-    def __init__(self, spark: SparkSession, warehouse: str | Path, name: str = "dataflow") -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        warehouse: str | Path,
+        name: str = "dataflow",
+        schemas: InferredSchemas | None = None,
+    ) -> None:
         self.spark = spark
         self.warehouse = Path(warehouse)
         self.name = name
@@ -64,6 +71,8 @@ class Dataflow:
         a view's policy needs no rebuild)."""
         self._arrangements: dict[tuple[str, tuple[str, ...]], n.Arrange] = {}
         self._empty: dict[str, DataFrame] = {}
+        self.schemas = schemas or InferredSchemas()
+        """Operator schemas Spark gave before, by what decides them."""
 
     def source(self, name: str, schema: StructType, key: Sequence[str] | None = None) -> Collection:
         if name in self.sources:
@@ -130,8 +139,14 @@ class Dataflow:
             self._empty[schema.json()] = cached
         return cached
 
-    def infer(self, inputs: Sequence[n.Node], build: object) -> StructType:
-        """The data schema of an operator, found by applying it to empty inputs."""
+    def infer(self, inputs: Sequence[n.Node], build: object, decided_by: object) -> StructType:
+        """The data schema of an operator, found by applying it to empty inputs,
+        unless Spark gave it before for the same ``decided_by`` (the operator's kind
+        and parameters: what ``build`` does) and inputs."""
+        key = self.schemas.key(decided_by, tuple(i.id for i in inputs))
+        known = self.schemas.get(key)
+        if known is not None:
+            return known
         frames = [self.empty_updates(i.schema) for i in inputs]
         out: DataFrame = build(*frames)  # type: ignore[operator]
         if not driver_for(self.spark).deterministic(out):
@@ -140,20 +155,27 @@ class Dataflow:
                 "compute other rows than those retracted later"
             )
         data = linear.data_columns(out)
-        return StructType([out.schema[c] for c in data])
+        schema = StructType([out.schema[c] for c in data])
+        self.schemas.put(key, schema)
+        return schema
 
     def reduced_schema(
-        self, node: n.Node, key: tuple[str, ...], reducer: Reducer, what: str
+        self,
+        node: n.Node,
+        key: tuple[str, ...],
+        reducer: Reducer,
+        what: str,
+        calls: tuple[tuple[str, str], ...],
     ) -> StructType:
         """The data schema of a reduction of ``node`` by ``key``, from Spark's
-        analysis of ``reducer`` on no rows, which also refuses calls it cannot
-        evaluate, naming them."""
+        analysis of ``reducer`` (``what`` of ``calls``) on no rows, which also
+        refuses calls it cannot evaluate, naming them."""
 
         def build(df: DataFrame) -> DataFrame:
             return reducer(df.withColumnRenamed(TIME, AT), key).withColumnRenamed(AT, TIME)
 
         try:
-            return self.infer([node], build)
+            return self.infer([node], build, (what, key, calls))
         except NotDeterministic:
             raise
         except Exception as e:  # Spark's analysis names the call and the column
@@ -176,7 +198,7 @@ class Collection:
     ) -> Collection:
         inputs = (self.node, *(o.node for o in others))
         try:
-            schema = self.flow.infer(inputs, build)
+            schema = self.flow.infer(inputs, build, (cls.__name__, params))
         except NotDeterministic:
             raise
         except Exception as e:  # Spark's analysis errors name the column and position
@@ -501,7 +523,7 @@ class Collection:
                 f"window: columns {clash} exist already" if clash else "window: no calls"
             )
         named = tuple(calls.items())
-        schema = self.flow.reduced_schema(self.node, key, window(named), "window")
+        schema = self.flow.reduced_schema(self.node, key, window(named), "window", named)
         running = running_calls(named, self.node.schema, key)
         ordered = None if running is None else order_struct(running.order, self.node.schema)
         # the rows of a top-k are few per key: re-read whole, they need nothing beside
@@ -613,7 +635,9 @@ class Collection:
     def accumulate(self, key: Sequence[str], values: Sequence[str]) -> Collection:
         """Running ``(rows, non-NULL count, sum)`` per key of each value column."""
         key, values = tuple(key), tuple(values)
-        schema = self.flow.infer([self.node], lambda df: contributions(df, key, values))
+        schema = self.flow.infer(
+            [self.node], lambda df: contributions(df, key, values), ("accumulate", key, values)
+        )
         if reads_loop_variable(self.node):
             # Loop times are partially ordered: no running sum in time order exists,
             # so each touched key is recomputed from its input, as any reduction.
