@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from dd_etl.pipeline.build import INFERRED_SCHEMAS_FILE, open_pipeline
+from dd_etl.plan import nodes as n
 from dd_etl.plan.dataflow import Dataflow
 from dd_etl.plan.inferred import InferredSchemas
 from tests.support.many_views import ManyViews
@@ -19,23 +20,34 @@ from tests.support.many_views import ManyViews
 SCHEMA = StructType([StructField("a", LongType()), StructField("b", StringType(), True)])
 
 
+def source(name: str, schema: StructType = SCHEMA) -> n.Source:
+    return n.Source(f"source_{name}", (), schema, name=name, key=("a",))
+
+
 def test_a_saved_schema_is_found_in_its_context_only(tmp_path: Path) -> None:
     path = tmp_path / "schemas.json"
-    key = InferredSchemas.key(("Select", {"exprs": ("a", "b")}), ("source_t",))
+    key = InferredSchemas.key(("Select", {"exprs": ("a", "b")}), [source("t")])
     first = InferredSchemas(path, "context 1")
     assert first.get(key) is None
     first.put(key, SCHEMA)
     first.save()
     assert InferredSchemas(path, "context 1").get(key) == SCHEMA
     assert InferredSchemas(path, "context 2").get(key) is None
-    other = InferredSchemas.key(("Select", {"exprs": ("a",)}), ("source_t",))
-    assert other != key
-    assert InferredSchemas.key(("Select", {"exprs": ("a", "b")}), ("source_u",)) != key
+
+
+def test_the_key_is_the_definition_and_the_inputs_with_their_schemas() -> None:
+    key = InferredSchemas.key(("Select", {"exprs": ("a", "b")}), [source("t")])
+    assert key == InferredSchemas.key(("Select", {"exprs": ("a", "b")}), [source("t")])
+    assert key != InferredSchemas.key(("Select", {"exprs": ("a",)}), [source("t")])
+    assert key != InferredSchemas.key(("Select", {"exprs": ("a", "b")}), [source("u")])
+    # a source whose columns changed keeps its id, not its key
+    retyped = StructType([StructField("a", StringType()), StructField("b", StringType())])
+    assert key != InferredSchemas.key(("Select", {"exprs": ("a", "b")}), [source("t", retyped)])
 
 
 def test_a_build_keeps_only_what_it_used(tmp_path: Path) -> None:
     path = tmp_path / "schemas.json"
-    old, kept = InferredSchemas.key("old", ()), InferredSchemas.key("kept", ())
+    old, kept = InferredSchemas.key("old", []), InferredSchemas.key("kept", [])
     first = InferredSchemas(path, "c")
     first.put(old, SCHEMA)
     first.put(kept, SCHEMA)
@@ -51,10 +63,10 @@ def test_a_damaged_file_is_asked_again(tmp_path: Path, content: str) -> None:
     path = tmp_path / "schemas.json"
     path.write_text(content)
     schemas = InferredSchemas(path, "c")
-    assert schemas.get(InferredSchemas.key("x", ())) is None
-    schemas.put(InferredSchemas.key("x", ()), SCHEMA)
+    assert schemas.get(InferredSchemas.key("x", [])) is None
+    schemas.put(InferredSchemas.key("x", []), SCHEMA)
     schemas.save()
-    assert InferredSchemas(path, "c").get(InferredSchemas.key("x", ())) == SCHEMA
+    assert InferredSchemas(path, "c").get(InferredSchemas.key("x", [])) == SCHEMA
 
 
 @pytest.mark.spark

@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from dd_etl.local_relations import local_relation
-from dd_etl.operators.partitions import colocated
+from dd_etl.operators.partitions import join
 from dd_etl.runtime.sizing import LOCAL_RELATION_BYTES, SMALL, applied
 
 pytestmark = pytest.mark.spark
@@ -56,11 +56,19 @@ def test_a_join_of_arrow_batches_in_a_small_interval_is_one_stage(spark: SparkSe
     such frames would pass ``spark.sql.maxSinglePartitionBytes`` and be shuffled."""
     table = large_table()
     with applied(spark, SMALL):
-        left, right = colocated(
-            local_relation(spark, table, SCHEMA),
-            local_relation(spark, table, SCHEMA).withColumnRenamed("label", "other"),
+        joined = (
+            join(
+                local_relation(spark, table, SCHEMA),
+                local_relation(spark, table, SCHEMA).withColumnRenamed("label", "other"),
+                "l.k = r.k",
+                aliases=("l", "r"),
+            )
+            .groupBy("label")
+            .count()
         )
-        joined = left.join(right, "k").groupBy("label").count()
-        left, right = colocated(joined, local_relation(spark, table, SCHEMA), hash_right=True)
-        plan = left.join(right, "label")._jdf.queryExecution().executedPlan().toString()
-    assert "Exchange" not in plan
+        other = local_relation(spark, table, SCHEMA).withColumnRenamed("label", "r_label")
+        plan = join(joined, other, "label <=> r_label", hash_right=True)
+        executed = plan._jdf.queryExecution().executedPlan().toString()
+        assert plan.count() == table.num_rows
+    assert "Exchange" not in executed
+    assert "ShuffledHashJoin" in executed

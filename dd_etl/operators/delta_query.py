@@ -22,7 +22,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl.operators.join import HISTORY_TIME, History
-from dd_etl.operators.partitions import colocated, union
+from dd_etl.operators.partitions import join, union
+from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
 
@@ -81,12 +82,10 @@ def delta_query(
 
 
 def _extend(partial: DataFrame, other: DataFrame, key: Sequence[str]) -> DataFrame:
-    partial, other = colocated(partial, other)
-    p, o = partial.alias("p"), other.alias("o")
-    cond = [F.col(f"p.{k}") == F.col(f"o.{k}") for k in key]
+    cond = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in key) or "TRUE"
     added = [c for c in other.columns if c not in (*partial.columns, TIME, DIFF)]
     data = [c for c in partial.columns if c not in (TIME, DIFF)]
-    return p.join(o, cond, "inner").select(
+    return join(partial, other, cond, aliases=("p", "o")).select(
         *[F.col(f"p.{c}").alias(c) for c in data],
         *[F.col(f"o.{c}").alias(c) for c in added],
         F.greatest(F.col(f"p.{TIME}"), F.col(f"o.{TIME}")).alias(TIME),

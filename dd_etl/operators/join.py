@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dd_etl import sql_text
-from dd_etl.operators.partitions import colocated, union
+from dd_etl.operators.partitions import join, union
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -59,11 +59,10 @@ def pair(
     times: Sequence[str] = (TIME,),
 ) -> DataFrame:
     """Matching pairs, each at the join (coordinate-wise max) of its two times."""
-    left, right = colocated(left, right)
     equal = "<=>" if null_safe else "="
     pairs = zip(lk, rk, strict=True)
     cond = " AND ".join(f"l.{quote(a)} {equal} r.{quote(b)}" for a, b in pairs) or "TRUE"
-    joined = left.alias("l").join(right.alias("r"), sql_text.expr(left.sparkSession, cond), "inner")
+    joined = join(left, right, cond, aliases=("l", "r"))
     return sql_text.select(
         joined,
         [

@@ -19,22 +19,36 @@ joins of a TPC-H query) ran out of memory where sorts would have spilled.
 
 from __future__ import annotations
 
-import functools
-
 from pyspark.sql import DataFrame
+
+from dd_etl.spark_driver import driver_for
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
-def colocated(
-    left: DataFrame, right: DataFrame, hash_right: bool = False
-) -> tuple[DataFrame, DataFrame]:
-    """``left`` and ``right`` as a join should take them; with ``hash_right``,
-    ``right`` (the smaller side, one the join type can build) is hashed."""
-    if not _one_partition(left):
-        return left, right
-    right = right.coalesce(1)
-    return left.coalesce(1), right.hint("shuffle_hash") if hash_right else right
+def join(
+    left: DataFrame,
+    right: DataFrame,
+    condition: str,
+    how: str = "inner",
+    *,
+    hash_right: bool = False,
+    aliases: tuple[str, str] | None = None,
+) -> DataFrame:
+    """``left`` joined with ``right`` on the SQL ``condition``, each side as the join
+    should take it: in one partition if the session shuffles into one, and then
+    with ``hash_right`` ``right`` (the smaller side, one the join type can build)
+    hashed. ``aliases`` name the sides for the condition and what reads the join."""
+    one = _one_partition(left)
+    return driver_for(left.sparkSession).join(
+        left,
+        right,
+        condition,
+        how,
+        one_partition=one,
+        hash_right=one and hash_right,
+        aliases=aliases,
+    )
 
 
 def one_partition(df: DataFrame) -> DataFrame:
@@ -47,7 +61,8 @@ def union(*dfs: DataFrame) -> DataFrame:
     """The union of ``dfs`` (by column name), in one partition if the session
     shuffles into one: Spark reports a union's partitioning as unknown even when
     every input is one partition, and shuffles it for the next aggregate or join."""
-    return one_partition(functools.reduce(DataFrame.unionByName, dfs))
+    one = _one_partition(dfs[0])
+    return driver_for(dfs[0].sparkSession).union(dfs, by_name=True, one_partition=one)
 
 
 def _one_partition(df: DataFrame) -> bool:

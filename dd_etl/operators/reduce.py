@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
 from dd_etl.operators.join import HISTORY_TIME, History
-from dd_etl.operators.partitions import colocated, union
+from dd_etl.operators.partitions import join, union
 from dd_etl.sql_text import quote
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -170,15 +170,14 @@ def null_safe_join(
     hash_right: bool = True,
 ) -> DataFrame:
     """Join on ``key`` treating NULL as a value: grouping keys, unlike join keys, may
-    be NULL. ``right``, the side with the touched keys, is hashed (``colocated``)."""
+    be NULL. ``right``, the side with the touched keys, is hashed (``partitions.join``)."""
     renamed = [(quote(k), quote(f"__r_{k}")) for k in key]
     kept = [quote(c) for c in right.columns if c not in key]
     r = sql_text.select(right, [*[f"{k} AS {r}" for k, r in renamed], *kept])
-    left, r = colocated(left, r, hash_right and bool(key))
     # Renamed, each key column is one side's: no alias needed to name it. One
     # group (no key): every row matches.
     cond = " AND ".join(f"{k} <=> {r}" for k, r in renamed) or "TRUE"
-    joined = left.join(r, sql_text.expr(left.sparkSession, cond), how)
+    joined = join(left, r, cond, how, hash_right=hash_right and bool(key))
     if how in ("left_semi", "left_anti") or not key:
         return joined  # no column of the right side's in the output
     return joined.drop(*[f"__r_{k}" for k in key])

@@ -143,7 +143,7 @@ class Dataflow:
         """The data schema of an operator, found by applying it to empty inputs,
         unless Spark gave it before for the same ``decided_by`` (the operator's kind
         and parameters: what ``build`` does) and inputs."""
-        key = self.schemas.key(decided_by, tuple(i.id for i in inputs))
+        key = self.schemas.key(decided_by, inputs)
         known = self.schemas.get(key)
         if known is not None:
             return known

@@ -5,7 +5,7 @@ the operator applied to empty inputs, analysed). That is a few dozen calls into
 Spark's driver per operator, a tenth of a second and more per SQL view: opening
 a pipeline of 200 views took longer than an epoch of a small change. The
 answer is a function of what the operator is (its kind and parameters), of its
-inputs (their node ids, which carry their schemas), of the code building it and
+inputs (their node ids and schemas), of the code building it and
 of the Spark analysing it. So schemas are kept by a digest of the first two,
 in a file whose ``context`` is the last two: another dd_etl or Spark, or a
 setting that changes analysis, starts from nothing.
@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,8 @@ from dd_etl.plan.fingerprint import canonical
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from dd_etl.plan.nodes import Node
 
 ANALYSIS_SETTINGS = (
     "spark.sql.ansi.enabled",
@@ -53,10 +56,11 @@ class InferredSchemas:
         self._used: dict[str, str] = {}
 
     @staticmethod
-    def key(decided_by: object, inputs: tuple[str, ...]) -> str:
+    def key(decided_by: object, inputs: Sequence[Node]) -> str:
         """The digest of an operator's definition (``decided_by``: its kind and
-        parameters) and its inputs' node ids."""
-        text = canonical((decided_by, inputs))
+        parameters) and its inputs: their ids and schemas (a source's id is its
+        name alone, and its columns may change)."""
+        text = canonical((decided_by, [(i.id, i.schema) for i in inputs]))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> StructType | None:

@@ -59,9 +59,31 @@ class Driver(Protocol):
         """``GROUP BY keys`` (column names) computing ``aggregates`` (SQL with aliases)."""
         ...
 
-    def union(self, dfs: Sequence[DataFrame]) -> DataFrame:
-        """``dfs`` (of one layout) as one union, analysed once: a union built one
-        ``DataFrame.union`` at a time is analysed again with every child added."""
+    def union(
+        self, dfs: Sequence[DataFrame], *, by_name: bool = False, one_partition: bool = False
+    ) -> DataFrame:
+        """``dfs`` (of one layout, or with ``by_name`` of the same columns in any
+        order) as one union, with ``one_partition`` coalesced into one partition,
+        analysed once: a union built one ``DataFrame.union`` at a time is analysed
+        again with every child added."""
+        ...
+
+    def join(
+        self,
+        left: DataFrame,
+        right: DataFrame,
+        condition: str,
+        how: str,
+        *,
+        one_partition: bool = False,
+        hash_right: bool = False,
+        aliases: tuple[str, str] | None = None,
+    ) -> DataFrame:
+        """``left`` joined with ``right`` on the SQL ``condition``, as join type
+        ``how``; with ``one_partition`` each side coalesced into one partition,
+        with ``hash_right`` the right side hashed, with ``aliases`` the sides named
+        for the condition (and what reads the join): analysed once, where each of
+        those DataFrame calls would be analysed on its own."""
         ...
 
     def expr(self, text: str) -> Column:

@@ -45,8 +45,9 @@ the work as well."""
 _READ_ARROW = "org.apache.spark.sql.api.python.PythonSQLUtils.readArrowStreamFromFile"
 _TO_DATAFRAME = "org.apache.spark.sql.api.python.PythonSQLUtils.toDataFrame"
 _TO_SEQ = "org.apache.spark.api.python.PythonUtils.toSeq"
-_UNION = "org.apache.spark.sql.catalyst.plans.logical.Union"
 _OF_ROWS = "org.apache.spark.sql.classic.Dataset.ofRows"
+_LOGICAL = "org.apache.spark.sql.catalyst.plans.logical"
+_UNION = f"{_LOGICAL}.Union"
 
 
 class ClassicDriver:
@@ -71,13 +72,60 @@ class ClassicDriver:
         grouped = df._jdf.groupBy(quote(keys[0]), strings)
         return DataFrame(grouped.agg(self._expr(first), self._columns(rest)), df.sparkSession)
 
-    def union(self, dfs: Sequence[DataFrame]) -> DataFrame:
-        if len(dfs) == 1:
+    def union(
+        self, dfs: Sequence[DataFrame], *, by_name: bool = False, one_partition: bool = False
+    ) -> DataFrame:
+        if len(dfs) == 1 and not one_partition:
             return dfs[0]
-        plans = _member(self._jvm, _TO_SEQ)([df._jdf.logicalPlan() for df in dfs])
-        union = _member(self._jvm, _UNION)(plans, False, False)
+        jvm = self._jvm
+        plans = [df._jdf.logicalPlan() for df in dfs]
+        plan = (
+            plans[0]
+            if len(plans) == 1
+            else _member(jvm, _UNION)(_member(jvm, _TO_SEQ)(plans), by_name, False)
+        )
+        if one_partition:
+            plan = _member(jvm, f"{_LOGICAL}.Repartition")(1, False, plan)
+        return DataFrame(_member(jvm, _OF_ROWS)(self.spark._jsparkSession, plan), self.spark)
+
+    def join(
+        self,
+        left: DataFrame,
+        right: DataFrame,
+        condition: str,
+        how: str,
+        *,
+        one_partition: bool = False,
+        hash_right: bool = False,
+        aliases: tuple[str, str] | None = None,
+    ) -> DataFrame:
+        """The join's logical plan built in the JVM, as ``Dataset.coalesce``,
+        ``hint``, ``alias`` and ``join`` build theirs, and analysed once (a
+        ``Dataset.join`` alone is analysed twice)."""
+        jvm = self._jvm
+        sides = [left._jdf.logicalPlan(), right._jdf.logicalPlan()]
+        if one_partition:
+            sides = [_member(jvm, f"{_LOGICAL}.Repartition")(1, False, p) for p in sides]
+        if hash_right:
+            no_parameters = _member(jvm, _TO_SEQ)([])
+            hint = _member(jvm, f"{_LOGICAL}.UnresolvedHint")
+            sides[1] = hint("shuffle_hash", no_parameters, sides[1])
+        if aliases is not None:
+            named = _member(jvm, "org.apache.spark.sql.catalyst.AliasIdentifier")
+            alias = _member(jvm, f"{_LOGICAL}.SubqueryAlias")
+            unqualified = _member(jvm, _TO_SEQ)([])
+            sides = [
+                alias(named(name, unqualified), p) for name, p in zip(aliases, sides, strict=True)
+            ]
         session = self.spark._jsparkSession
-        return DataFrame(_member(self._jvm, _OF_ROWS)(session, union), self.spark)
+        parsed = session.sessionState().sqlParser().parseExpression(condition)
+        join = _member(jvm, f"{_LOGICAL}.Join")(
+            *sides,
+            _member(jvm, "org.apache.spark.sql.catalyst.plans.JoinType.apply")(how),
+            _member(jvm, "scala.Some")(parsed),
+            _member(jvm, f"{_LOGICAL}.JoinHint.NONE")(),
+        )
+        return DataFrame(_member(jvm, _OF_ROWS)(session, join), self.spark)
 
     def expr(self, text: str) -> Column:
         return Column(self._expr(text))

@@ -63,8 +63,31 @@ class ConnectDriver:
     def group(self, df: DataFrame, keys: Sequence[str], aggregates: Sequence[str]) -> DataFrame:
         return df.groupBy(*keys).agg(*[F.expr(a) for a in aggregates])
 
-    def union(self, dfs: Sequence[DataFrame]) -> DataFrame:
-        return functools.reduce(DataFrame.union, dfs)  # a plan sent whole, analysed once
+    def union(
+        self, dfs: Sequence[DataFrame], *, by_name: bool = False, one_partition: bool = False
+    ) -> DataFrame:
+        add = DataFrame.unionByName if by_name else DataFrame.union
+        union = functools.reduce(add, dfs)  # a plan sent whole, analysed once
+        return union.coalesce(1) if one_partition else union
+
+    def join(
+        self,
+        left: DataFrame,
+        right: DataFrame,
+        condition: str,
+        how: str,
+        *,
+        one_partition: bool = False,
+        hash_right: bool = False,
+        aliases: tuple[str, str] | None = None,
+    ) -> DataFrame:
+        if one_partition:
+            left, right = left.coalesce(1), right.coalesce(1)
+        if hash_right:
+            right = right.hint("shuffle_hash")
+        if aliases is not None:
+            left, right = left.alias(aliases[0]), right.alias(aliases[1])
+        return left.join(right, F.expr(condition), how)  # a plan sent whole, analysed once
 
     def expr(self, text: str) -> Column:
         return F.expr(text)
