@@ -40,7 +40,6 @@ ANALYSIS_SETTINGS = (
     "spark.sql.timestampType",
     "spark.sql.decimalOperations.allowPrecisionLoss",
     "spark.sql.legacy.allowNegativeScaleOfDecimal",
-    "spark.sql.mapKeyDedupPolicy",
 )
 """Session settings that change the types Spark's analysis gives."""
 
