@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,10 +77,14 @@ class InferredSchemas:
         """Keep the schemas this build used, if they are not what the file holds."""
         if self.path is None or self._used == self._read:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"context": self.context, "schemas": self._used}))
-        os.replace(temporary, self.path)
+        # unique per writer: two builds in one process (a server) may save at once
+        temporary = self.path.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps({"context": self.context, "schemas": self._used}))
+            os.replace(temporary, self.path)
+        except OSError:  # a cache: a warehouse this process cannot write only costs asking
+            temporary.unlink(missing_ok=True)
 
 
 def analysis_context(spark: SparkSession) -> str:
