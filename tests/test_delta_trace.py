@@ -496,6 +496,42 @@ def test_driver_lookups_read_the_rows_of_the_touched_keys_only(
     assert contents(trace.read_at((2,), keys=probe, key_hashes=[])) == {}
 
 
+def test_driver_reads_are_accumulated_by_the_driver_and_joined_only_when_exact(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """In the driver's placement a lookup's rows are summed by the driver: no
+    aggregation in the plan, and no join either for a caller that joins on its
+    keys itself (then rows of other keys may stay: here key 5's, whose hash the
+    caller passed, or a small trace's all)."""
+    trace = new_trace(spark, tmp_path / "t")
+    trace.open_reader("r")
+    updates = [((k, "x"), (0,), 1) for k in range(8)]
+    updates += [
+        ((3, "x"), (1,), -1),
+        ((3, "y"), (1,), 2),
+        ((5, "z"), (1,), 1),
+        ((6, "x"), (2,), -1),
+    ]
+    trace.compare_and_append(frame(spark, updates), e(0), e(3))
+    probe = spark.createDataFrame([(3,), (6,)], "k long")
+    hashes = sorted(
+        r[0]
+        for r in spark.createDataFrame([(3,), (5,), (6,)], "k long")
+        .selectExpr(spark_files.key_hash(["k"]))
+        .collect()
+    )
+    loose = trace.read_at((1,), probe, hashes, DRIVER, exact=False)
+    assert contents(loose) == {(3, "y"): 2, (5, "x"): 1, (5, "z"): 1, (6, "x"): 1}
+    plan = loose._jdf.queryExecution().optimizedPlan().toString()
+    assert "Aggregate" not in plan and "Join" not in plan
+    exact = trace.read_at((2,), probe, hashes, DRIVER)
+    assert contents(exact) == {(3, "y"): 2}
+    assert (
+        "Aggregate" not in exact._jdf.queryExecution().optimizedPlan().toString().split("Join")[0]
+    )
+    assert contents(trace.read_at((2,), placement=DRIVER)) == contents(trace.read_at((2,)))
+
+
 def test_files_written_by_the_driver_and_by_spark_read_back_alike(
     spark: SparkSession, tmp_path: Path
 ) -> None:

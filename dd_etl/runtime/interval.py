@@ -271,18 +271,20 @@ class Interval:
         node: n.Node,
         before: int | None = None,
         probes: Sequence[n.Node] = (),
-        exact: bool = True,
+        accumulated: bool = True,
         hashes: Sequence[int] | None = None,
     ) -> Callable[[DataFrame], DataFrame]:
         """The node's trace accumulated before epoch ``before`` (default: the run's
         lower), for keys that (when ``probes`` are given) are among those the
         ``probes``' changes in the interval touch, in the same key columns, in
-        order. Not ``exact``: the updates before it, not consolidated, and maybe
-        with those of other keys (``DeltaTrace.updates_until``), for a consumer
-        that joins on the key and sums per key itself. A node without a trace is a
-        linear function of traces keyed alike (``keyed_leaves``): its history is
-        that function of theirs. ``hashes``, the sorted key hashes to read when the
-        caller knows them better than ``probes`` would."""
+        order; not ``accumulated``: the updates before it, not consolidated
+        (``DeltaTrace.updates_until``), for a consumer that sums per key itself.
+        Either may hold rows of other keys (sharing a key hash with them, or all
+        of a small trace's): every consumer joins the history on its keys, and
+        the driver's reads then need no join of their own. A node without a trace
+        is a linear function of traces keyed alike (``keyed_leaves``): its
+        history is that function of theirs. ``hashes``, the sorted key hashes to
+        read when the caller knows them better than ``probes`` would."""
         at = (self.lower if before is None else before) - 1
 
         def read(keys: DataFrame) -> DataFrame:
@@ -292,11 +294,13 @@ class Interval:
                 rule = linear_rule(node)
                 if rule is None:
                     raise PlanError(f"{type(node).__name__} keeps no trace to read history from")
-                return rule.apply(node, lambda i: self.history(i, before, probes, exact)(keys))
+                return rule.apply(
+                    node, lambda i: self.history(i, before, probes, accumulated)(keys)
+                )
             trace = self.traces.trace(node)
             known = self._touched_hashes(probes, trace) if hashes is None else hashes
-            if exact:
-                return trace.read_at((at,), keys, known, self.sizing.placement)
+            if accumulated:
+                return trace.read_at((at,), keys, known, self.sizing.placement, exact=False)
             return trace.updates_until((at,), keys, known, self.sizing.placement)
 
         return read

@@ -29,6 +29,7 @@ from pyspark.sql.types import DataType, StructType
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
+from dd_etl.local_relations import local_relation
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, count_commit, phase
 from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
@@ -40,7 +41,7 @@ from dd_etl.trace.errors import SinceViolation, TraceError, TraceNotFound
 from dd_etl.trace.executor_writes import ExecutorBatch
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
 from dd_etl.trace.hash_slices import LOWEST
-from dd_etl.trace.placement import BULK, Placement
+from dd_etl.trace.placement import BULK, DRIVER, Placement
 from dd_etl.trace.spine import HASH_SPACE, HashRange
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot
@@ -371,7 +372,10 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             if found is not None and not exact:
                 return _where(_partitioned(found, placement), bounded)
             df = _partitioned(found if found is not None else self._scan(files), placement)
-        df = _where(df, bounded)
+        return self._of_keys(_where(df, bounded), keys, placement)
+
+    def _of_keys(self, df: DataFrame, keys: DataFrame, placement: Placement) -> DataFrame:
+        """The rows of ``df`` (of this trace's columns) whose key is one of ``keys``'."""
         # An inner join with the distinct keys, not a semi join: Spark moves a semi
         # join below the one-partition coalesce of a local read, and then shuffles.
         probe = [(quote(k), quote(f"__probe_{i}")) for i, k in enumerate(self.state.key)]
@@ -441,13 +445,47 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         keys: DataFrame | None = None,
         key_hashes: Sequence[int] | None = None,
         placement: Placement = BULK,
+        exact: bool = True,
     ) -> DataFrame:
         """The collection accumulated at time ``at`` (default: everything committed),
         as data columns plus ``_diff``, the multiplicity of each distinct row;
-        ``keys``, ``key_hashes`` and ``placement`` as ``updates`` takes them."""
+        ``keys``, ``key_hashes``, ``exact`` and ``placement`` as ``updates`` takes
+        them. Rows the driver reads it accumulates itself (``driver_merge.summed``):
+        a plan without an aggregation, and without a join of ``keys`` when not
+        ``exact``: rows of other keys may then stay (those sharing the keys'
+        hashes, or all of a trace small enough to read whole), for a caller that
+        joins on the key anyway."""
         self._check_since(at)
-        df = self._data_and_diff(self.updates(keys, at, key_hashes=key_hashes, placement=placement))
-        return consolidated(df, spark_files.data_schema(self.state).fieldNames())
+        keyed = keys is not None and bool(self.state.key)
+        held = self._accumulated_in_driver(at, keyed, key_hashes) if placement.driver else None
+        if held is None:
+            updates = self.updates(keys, at, None, key_hashes, exact, placement)
+            return consolidated(self._data_and_diff(updates), self._data_columns)
+        held = _partitioned(held, placement)
+        if keys is not None and keyed and exact:
+            return self._of_keys(held, keys, placement)
+        return held
+
+    def _accumulated_in_driver(
+        self, at: Time | None, keyed: bool, key_hashes: Sequence[int] | None
+    ) -> DataFrame | None:
+        """The stored rows at times ``≤ at`` a lookup reads (``keyed``: those of
+        ``key_hashes``, or all where a read of all costs less than finding which
+        files the keys need), accumulated by the driver as Spark's grouping would
+        (``driver_merge``), as a local relation; None when the driver does not
+        hold them (too many, or a column Arrow cannot group)."""
+        stored = spark_files.stored_schema(self.state)
+        if not driver_merge.groupable(arrow_schema(stored)):
+            return None
+        hashes = key_hashes if keyed else None
+        if keyed and hashes is None and not _read_whole(self._files_between(at, None), DRIVER):
+            return None
+        rows = self.stored_rows(at, key_hashes=hashes)
+        if rows is None:
+            return None
+        columns = [*self._data_columns, DIFF]
+        accumulated = driver_merge.summed(rows.select(columns))
+        return local_relation(self.spark, accumulated, StructType([stored[c] for c in columns]))
 
     def updates_until(
         self,
@@ -469,7 +507,11 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
             raise SinceViolation(self.name, at, self.state.since)
 
     def _data_and_diff(self, updates: DataFrame) -> DataFrame:
-        return sql_text.columns(updates, [*spark_files.data_schema(self.state).fieldNames(), DIFF])
+        return sql_text.columns(updates, [*self._data_columns, DIFF])
+
+    @property
+    def _data_columns(self) -> list[str]:
+        return spark_files.data_schema(self.state).fieldNames()
 
     @property
     def key_types(self) -> tuple[DataType, ...]:
@@ -490,10 +532,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
     ) -> list[DataFile]:
         """The ``files`` that can hold ``keys``, by their hash bounds, where a Spark
         job collecting the keys' hashes costs less than reading them all."""
-        if len(files) <= PRUNING_MIN_FILES:
-            return files  # nothing to gain from a Spark job that collects the probe hashes
-        records = sum(f.records for f in files)
-        if records <= (WHOLE_READ_RECORDS if placement.driver else WHOLE_SCAN_RECORDS):
+        if _read_whole(files, placement):
             return files
         if tuple(keys.schema[k].dataType for k in self.state.key) != self.key_types:
             # Equal keys of other types (int and bigint, decimal and double) hash
@@ -565,6 +604,15 @@ def _time_filter(
         if since is not None and any(b is None or b[0] < since[i] for b in bounds):
             terms.append(f"{quote(c)} >= {since[i]}")
     return " AND ".join(terms) or None
+
+
+def _read_whole(files: Sequence[DataFile], placement: Placement) -> bool:
+    """Whether a key lookup reads all of ``files`` rather than launch a Spark job
+    to find which of them the keys' hashes need."""
+    if len(files) <= PRUNING_MIN_FILES:
+        return True  # nothing to gain from a Spark job that collects the probe hashes
+    records = sum(f.records for f in files)
+    return records <= (WHOLE_READ_RECORDS if placement.driver else WHOLE_SCAN_RECORDS)
 
 
 def _partitioned(df: DataFrame, placement: Placement) -> DataFrame:

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from dd_etl.operators.accumulate import ROWS, contributions, delta_accumulate
 from dd_etl.plan import nodes as n
+from dd_etl.plan.graph import keyed_leaves
 from dd_etl.runtime.rules.rule import Rule
 from dd_etl.trace.columns import DIFF, TIME
 
@@ -22,9 +23,11 @@ class AccumulateRule(Rule[n.Accumulate]):
         # Continue from the sums the trace holds, not from the run's lower: adding
         # earlier epochs again, in another order, can change a float sum's last
         # bits, and the retraction of the stored row would then not match it.
+        # its state read for the keys its input's changes touch, by their hashes
+        probes = keyed_leaves(node.inputs[0], node.key) or []
         return delta_accumulate(
             interval.delta_from(node.inputs[0], start),
-            interval.history(node, start),
+            interval.history(node, start, probes=probes),
             node.key,
             node.values,
             one_time=interval.upper - start == 1,

@@ -53,8 +53,8 @@ class ReduceRule(Rule[n.Reduce]):
         def reduced(changes: DataFrame, hashes: list[int] | None = None) -> DataFrame:
             return delta_reduce(
                 changes,
-                interval.history(node.inputs[0], probes=probes, exact=False, hashes=hashes),
-                interval.history(node, probes=probes, exact=False, hashes=hashes),
+                interval.history(node.inputs[0], probes=probes, accumulated=False, hashes=hashes),
+                interval.history(node, probes=probes, accumulated=False, hashes=hashes),
                 node.key,
                 node.columns,
                 reducer_for(node),
@@ -175,8 +175,8 @@ def _kept_extremes(
     return extremes.delta_extremes(
         changes,
         reached,
-        interval.history(arranged, probes=[arranged], exact=False, hashes=hashes),
-        interval.history(node, probes=[arranged], exact=False),
+        interval.history(arranged, probes=[arranged], accumulated=False, hashes=hashes),
+        interval.history(node, probes=[arranged], accumulated=False),
         node.key,
         node.columns,
     )

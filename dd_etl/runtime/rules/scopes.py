@@ -64,10 +64,12 @@ class IntervalScope(Protocol):
         node: n.Node,
         before: int | None = None,
         probes: Sequence[n.Node] = (),
-        exact: bool = True,
+        accumulated: bool = True,
         hashes: Sequence[int] | None = None,
     ) -> History:
-        """``node``'s trace accumulated before epoch ``before`` (default: ``lower``)."""
+        """``node``'s trace accumulated before epoch ``before`` (default: ``lower``),
+        for some keys and maybe others sharing their key hashes: the consumer
+        joins it on its keys."""
         ...
 
     def run_loop(self, loop: n.Iterate, start: int) -> DataFrame:
