@@ -22,8 +22,8 @@ class AccumulateRule(Rule[n.Accumulate]):
     def changes(self, node: n.Accumulate, interval: IntervalScope, start: int) -> DataFrame:
         # Continue from the sums the trace holds, not from the run's lower: adding
         # earlier epochs again, in another order, can change a float sum's last
-        # bits, and the retraction of the stored row would then not match it.
-        # its state read for the keys its input's changes touch, by their hashes
+        # bits, and the retraction of the stored row would then not match it. The
+        # sums are read for the keys the input's changes touch, by their hashes.
         probes = keyed_leaves(node.inputs[0], node.key) or []
         return delta_accumulate(
             interval.delta_from(node.inputs[0], start),

@@ -68,8 +68,8 @@ class IntervalScope(Protocol):
         hashes: Sequence[int] | None = None,
     ) -> History:
         """``node``'s trace accumulated before epoch ``before`` (default: ``lower``),
-        for some keys and maybe others sharing their key hashes: the consumer
-        joins it on its keys."""
+        for some keys, and maybe other keys' rows (sharing their key hashes, or
+        all of a small trace's): the consumer joins it on its keys."""
         ...
 
     def run_loop(self, loop: n.Iterate, start: int) -> DataFrame:
