@@ -29,6 +29,7 @@ from dd_etl.runtime.execution import LAYER_LABEL
 from dd_etl.runtime.holds import RUNTIME_READER
 from dd_etl.runtime.sizing import Thresholds
 from dd_etl.spark_driver import driver_for
+from dd_etl.trace import deferred_log
 from dd_etl.trace.delta_trace import PRUNING_MIN_FILES, DeltaTrace, PlannedBatch
 from tests.support.sizings import DEFAULT
 
@@ -156,7 +157,10 @@ def test_a_small_change_costs_a_spark_job_per_task_slot_per_layer(
     assert {name: profile.traces[name].spark_stages for name in computed} == computed
     assert profile.spark_stages == 9
     assert set(profile.phases) == set(PHASES) - {"sinks"}
-    assert all(profile.traces[t].phases[DELTA_LOG] > 0 for t in maintained)
+    # a trace whose inputs did not change reads no log in the run: its empty
+    # append is deferred, with the others', to one commit of the run's record
+    deferred = only_zones - {"sources/zones"}
+    assert all(profile.traces[t].phases[DELTA_LOG] > 0 for t in maintained - deferred)
     assert all(profile.traces[t].phases.get(SPARK, 0) > 0 for t in computed)
     # every reduction read the history of the keys it touched in the driver
     reductions = {x.trace_name for x in rt.stateful_nodes() if isinstance(x, n.Reduce)} - idle
@@ -179,7 +183,10 @@ def test_a_small_change_costs_a_spark_job_per_task_slot_per_layer(
 def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: Path) -> None:
     """A trace's log is read again only when another writer committed to it, and
     an append also moves the holds the last run left behind: one Delta commit per
-    trace and run, where the runtime's holds were a commit of their own."""
+    trace and run, where the runtime's holds were a commit of their own. A trace
+    whose inputs did not change makes none: its empty append is deferred to the
+    run's record of them, one commit for all, and carried into the trace's log by
+    its next commit."""
     rt = build(spark, tmp_path / "warehouse")
     load(spark, rt, 60)
     rt.run()
@@ -189,15 +196,42 @@ def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: P
     def versions() -> dict[str, int]:
         return {str(x.trace_name): DeltaTable(rt.trace(x).uri).version() for x in nodes}
 
+    zones_only = {
+        str(x.trace_name)
+        for x in nodes
+        if not isinstance(x, n.Source) and {s.name for s in sources_of(x)} == {"zones"}
+    }
+    assert len(zones_only) == 1  # the zones' arrangement for the join
+    warehouse = tmp_path / "warehouse"
+    recorded = deferred_log.read(warehouse).version
     before = versions()
     rt.run()
     after = versions()
-    assert {t: after[t] - before[t] for t in before} == dict.fromkeys(before, 1)
+    assert {t: after[t] - before[t] for t in before} == {
+        t: 0 if t in zones_only else 1 for t in before
+    }
+    assert deferred_log.read(warehouse).version == recorded + 1
     # the sources, appended by no run, are released at its end; the others hold
-    # where this run read their history, until the next run's appends
+    # where this run read their history, until the next run's appends; the
+    # deferred one where its last commit left them
     holds = {str(x.trace_name): rt.trace(x).state.hold_map[RUNTIME_READER].logical for x in nodes}
     sources = {str(x.trace_name) for x in nodes if isinstance(x, n.Source)}
     assert holds == {t: Antichain.from_epoch(1 if t in sources else 0) for t in holds}
+    # read as of now, the deferred trace is at the run's upper, in this runtime
+    # and in one opened afresh; its log is where the load left it
+    fresh = build(spark, warehouse)
+    for runtime in (rt, fresh):
+        uppers = {str(x.trace_name): runtime.trace(x).state.upper for x in nodes}
+        assert uppers == dict.fromkeys(uppers, Antichain.from_epoch(2))
+    (arrangement,) = (x for x in nodes if x.trace_name in zones_only)
+    assert fresh.trace(arrangement).snapshot.state.upper == Antichain.from_epoch(1)
+    # a new zone: the arrangement's next append carries the deferred batch into
+    # its log, and the record drops what no longer holds
+    fresh.append_source("trips", spark.createDataFrame([], TRIPS), 2)
+    fresh.append_source("zones", spark.createDataFrame([(9, "Bronx")], ZONES), 2)
+    fresh.run()
+    assert fresh.trace(arrangement).snapshot.state.upper == Antichain.from_epoch(3)
+    assert arrangement.trace_name not in deferred_log.read(warehouse).appends
 
 
 def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_path: Path) -> None:

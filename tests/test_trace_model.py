@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -293,3 +294,44 @@ def test_a_generation_is_kept_by_every_transition_and_by_the_log() -> None:
     written_before = json.loads(state.to_json())
     del written_before["generation"]
     assert TraceState.from_json(json.dumps(written_before)).generation == ""
+
+
+def test_a_deferred_empty_append_is_read_as_appended_and_carried_by_the_next_commit() -> None:
+    """A trace whose inputs did not change defers its empty append: read with the
+    deferral, it is at the new upper, and its log is not; its next commit of any
+    kind carries the empty batch. A deferral holds only for the log it was made
+    from: once the log moved on, or for another generation, it applies to
+    nothing."""
+    trace = model_trace()
+    trace.compare_and_append([((1, "x"), (0,), 1)], e(0), e(1))
+    version = trace.snapshot.version
+    deferred = trace.deferred_to(e(3))
+    assert (deferred.lower, deferred.upper) == (e(1), e(3))
+    assert trace.state.upper == e(3) and trace.snapshot.state.upper == e(1)
+    assert trace.snapshot.version == version  # nothing committed
+    check_invariants(trace, [((1, "x"), (0,), 1)], trace.snapshot.state)
+    # read again, as another reader of the record would: the same state
+    again = ModelTrace(trace.storage)
+    again.defer(deferred)
+    assert again.state == trace.state
+    # deferred further from the same log: one longer empty batch, not two
+    trace.deferred_to(e(4))
+    assert [(b.description.lower, b.description.upper) for b in trace.state.batches] == [
+        (e(0), e(1)),
+        (e(1), e(4)),
+    ]
+    # the next append starts at the deferred upper; its commit carries the batch
+    with pytest.raises(UpperMismatch):
+        trace.compare_and_append([((2, "y"), (1,), 1)], e(1), e(5))
+    trace.compare_and_append([((2, "y"), (4,), 1)], e(4), e(5))
+    logged = trace.snapshot.state
+    assert [(b.description.lower, b.description.upper, b.records) for b in logged.batches] == [
+        (e(0), e(1), 1),
+        (e(1), e(4), 0),
+        (e(4), e(5), 1),
+    ]
+    assert trace.read_at(None) == {(1, "x"): 1, (2, "y"): 1}
+    # stale now: the log moved on
+    assert deferred.applied_to(logged) is logged
+    assert deferred.holds_for(again.snapshot.state)
+    assert not deferred.holds_for(replace(again.snapshot.state, generation="another"))

@@ -18,7 +18,8 @@ from dd_etl.pipeline.build import make_reader
 from dd_etl.pipeline.config import LoadedConfig, warehouse_of
 from dd_etl.pipeline.tick_record import last_profile, last_tick
 from dd_etl.sources.base import POSITION_META
-from dd_etl.trace import delta_log
+from dd_etl.trace import deferred_log, delta_log
+from dd_etl.trace.deferred_log import DeferredRecord
 from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.maintenance import find_traces
 
@@ -54,12 +55,14 @@ class PipelineStatus:
         return asdict(self)
 
 
-def _trace(path: Path, name: str) -> TraceStatus:
+def _trace(warehouse: Path, trace: str, name: str, deferred: DeferredRecord) -> TraceStatus:
+    """The trace as a run would read it: its log, and the empty append deferred
+    from there, if any."""
     try:
-        snapshot = delta_log.load(str(path))
+        snapshot = delta_log.load(str(warehouse / trace))
     except TraceNotFound:
         return TraceStatus(name, None, None, lag="not computed yet")
-    s = snapshot.state
+    s = deferred.applied(trace, snapshot.state)
     position = s.meta_map.get(POSITION_META)
     return TraceStatus(
         name,
@@ -75,9 +78,10 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
     config = loaded.config
     view_order(loaded)  # the whole file is checked, as for a run
     warehouse = warehouse_of(loaded)
+    deferred = deferred_log.read(warehouse)
     sources = []
     for name, source in config.sources.items():
-        st = _trace(warehouse / "sources" / name, name)
+        st = _trace(warehouse, f"sources/{name}", name, deferred)
         reader = make_reader(spark, loaded, name, source)
         st.lag = reader.lag(st.position)
         if isinstance(st.position, dict) and "files" in st.position:
@@ -89,7 +93,7 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
     from dd_etl.sinks.delta_table import SinkTable  # deltalake only
 
     for name, view in config.views.items():
-        st = _trace(warehouse / "views" / name, name)
+        st = _trace(warehouse, f"views/{name}", name, deferred)
         if st.upper is not None:
             behind = sources_upper - st.upper
             st.lag = (
@@ -133,7 +137,7 @@ def tick_due(loaded: LoadedConfig) -> str | None:
     warehouse = warehouse_of(loaded)
     uppers = []
     for name, source in loaded.config.sources.items():
-        st = _trace(warehouse / "sources" / name, name)
+        st = _trace(warehouse, f"sources/{name}", name, DeferredRecord())
         uppers.append(st.upper or 0)
         if not make_reader(NO_SPARK, loaded, name, source).caught_up(st.position):
             return f"source {name} has new data"

@@ -7,7 +7,7 @@ the runtime's own holds)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from dd_etl.plan import nodes as n
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from dd_etl.plan.dataflow import Dataflow
     from dd_etl.plan.refresh import RefreshChoice
     from dd_etl.runtime.sizing import Thresholds
+    from dd_etl.trace.deferred import DeferredAppend
     from dd_etl.trace.delta_trace import DeltaTrace
     from dd_etl.trace.state import TraceState
 
@@ -74,6 +75,10 @@ class RunTarget(TraceCatalog, Protocol):
         ...
 
     def discard_unmaintained(self, recomputed: Collection[str]) -> None: ...
+
+    def record_deferred(self, appends: Mapping[str, DeferredAppend]) -> None:
+        """Record the empty appends a run deferred, by trace name, in one commit."""
+        ...
 
     def release(self, node: n.Node, upper: int) -> None:
         """Move the runtime's holds on ``node``'s traces to ``upper - 1``."""

@@ -18,9 +18,14 @@
    shared Spark jobs as the layer's placement says, into the driver or written
    on the executors; each trace appends with its own compare-and-append, then
    reads the interval back from the committed files;
-5. move the runtime's holds on the traces no append of this run committed to
+5. record the empty appends of the traces whose inputs did not change,
+   deferred rather than committed one by one (``trace/deferred.py``), in one
+   commit of the warehouse's log of them (``trace/deferred_log.py``); move the
+   runtime's holds on the traces no append of this run committed to
    ``upper - 1`` (the sources, mostly): an append moved the others' holds to
-   ``lower - 1`` in its own commit, and the next run's append moves them on.
+   ``lower - 1`` in its own commit, and the next run's append moves them on. A
+   trace whose append was deferred keeps its holds where they are: it took
+   nothing in to compact.
 
 Every node that keeps a trace appends its changes before anything downstream
 reads them, so downstream operators consume committed data and nothing is
@@ -133,12 +138,15 @@ def _execute(
             same = layer_sizing is sizing
             with nullcontext() if same else applied(rt.flow.spark, layer_sizing):
                 _bring_layer(interval.sized(layer_sizing), layer, depth, pool, profiler, on_trace)
-        # 5. holds released where no append of this run moved them: history before
-        # upper - 1 may be compacted
+        # 5. the empty appends deferred, recorded in one commit; holds released where
+        # no append of this run moved them: history before upper - 1 may be compacted
+        deferred = interval.done.deferred
+        rt.record_deferred(deferred)
         unreleased = [
             x
             for x in rt.stateful_nodes(chosen, unmaintained)
-            if x.id not in interval.done.released or isinstance(x, n.Iterate)
+            if (x.id not in interval.done.released and x.trace_name not in deferred)
+            or isinstance(x, n.Iterate)
         ]
         list(pool.map(release, unreleased))
     report.views = {v: interval.done.written.get(rt.flow.views[v].id, 0) for v in chosen}

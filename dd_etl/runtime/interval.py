@@ -40,6 +40,7 @@ from dd_etl.spark_memory import SparkMemory
 from dd_etl.sql_text import quote
 from dd_etl.trace.batch_writer import TraceAppend
 from dd_etl.trace.columns import DIFF, TIME
+from dd_etl.trace.deferred import DeferredAppend
 from dd_etl.trace.delta_trace import SMALL_BATCH_BYTES, DeltaTrace
 from dd_etl.trace.spark_files import ONE_TASK_RECORDS
 
@@ -67,6 +68,7 @@ class _Done:
     unchanged: dict[str, bool] = field(default_factory=dict)
     written: dict[str, int] = field(default_factory=dict)  # records appended per node
     released: set[str] = field(default_factory=set)  # nodes whose append moved the holds
+    deferred: dict[str, DeferredAppend] = field(default_factory=dict)  # empty appends, by trace
     rounds: list[Round] = field(default_factory=list)
 
 
@@ -149,7 +151,10 @@ class Interval:
 
     def plan(self, node: n.Node) -> Append | None:
         """The batch ``node``'s trace appends for the interval, planned; None when
-        there is none to append (a source, or a trace that already holds it).
+        there is none to append (a source, or a trace that already holds it), or
+        when its inputs have no changes: its empty batch is then deferred
+        (``trace/deferred.py``) for the run to record with the others
+        (``done.deferred``).
 
         Its commit also moves the runtime's holds to ``lower - 1``, where the last
         run left history readable: what its own end would have released with a
@@ -171,8 +176,12 @@ class Interval:
             operators=memory_operators(node),
         )
         if self._unchanged_inputs(node):
-            # nothing in, nothing out: an empty batch, committed without a Spark job
-            return Append(node, append(self.traces.flow.empty_updates(node.schema), at_most=0))
+            # nothing in, nothing out: an empty batch, deferred to the run's record
+            if isinstance(node, n.Iterate):  # its inner traces advance with it
+                return Append(node, append(self.traces.flow.empty_updates(node.schema), at_most=0))
+            deferred = trace.deferred_to(Antichain.from_epoch(self.upper))
+            self.done.deferred[node.trace_name] = deferred
+            return None
         changes = self._changes(node, start)
         if changes is None:
             return None  # a source's: appended by whoever feeds it

@@ -34,7 +34,9 @@ from dd_etl.runtime.full_refresh import pending_records, private_state
 from dd_etl.runtime.holds import RuntimeHolds
 from dd_etl.runtime.sizing import DEFAULT_THRESHOLDS, Sizing, Thresholds
 from dd_etl.spark_driver import driver_for
+from dd_etl.trace import deferred_log
 from dd_etl.trace.columns import DIFF, KEY_HASH, TIME
+from dd_etl.trace.deferred import DeferredAppend
 from dd_etl.trace.delta_trace import DeltaTrace, discard_table
 from dd_etl.trace.errors import SinceViolation
 from dd_etl.trace.placement import BULK, Placement
@@ -92,6 +94,8 @@ class Runtime:
         self._traces: dict[str, DeltaTrace] = {}
         self._holds: dict[str, RuntimeHolds] = {}
         """The runtime's handles on each of its traces (by name): only they move its holds."""
+        self._deferred = deferred_log.read(flow.warehouse)
+        """The empty appends the warehouse's runs deferred, as last read or recorded."""
 
     # ------------------------------------------------------------------ traces
 
@@ -101,6 +105,7 @@ class Runtime:
         if name not in self._traces:
             meta = self._recorded(node)
             trace = self._created(name, node, meta=meta)
+            trace.defer(self._deferred.appends.get(name))
             self._holds[name] = RuntimeHolds.open(trace, retains=isinstance(node, n.View))
             missing = {k: v for k, v in meta.items() if k not in trace.state.meta_map}
             if missing:  # a trace created by an earlier version of dd_etl
@@ -206,12 +211,35 @@ class Runtime:
         self, views: Sequence[str] | None = None, recomputed: Collection[str] | None = None
     ) -> tuple[int, int]:
         """The epochs ``[lower, upper)`` a run of ``views`` has to compute."""
+        self._read_deferred()
         nodes = self.stateful_nodes(views, recomputed)
         sources = [x for x in nodes if isinstance(x, n.Source)]
         upper = epoch_of(meet_all(self.trace(s).reload().upper for s in sources)) if sources else 0
         maintained = [x for x in nodes if not isinstance(x, n.Source)]
         lower = min((epoch_of(self.trace(x).reload().upper) for x in maintained), default=upper)
         return lower, upper
+
+    def _read_deferred(self) -> None:
+        """Read the empty appends deferred since this runtime last looked (by runs
+        in other processes) into the traces it has open."""
+        latest = deferred_log.read(self.flow.warehouse)
+        if latest.version != self._deferred.version:
+            self._deferred = latest
+            for name, trace in self._traces.items():
+                trace.defer(latest.appends.get(name))
+
+    def record_deferred(self, appends: Mapping[str, DeferredAppend]) -> None:
+        """Record the empty appends a run deferred (``Trace.deferred_to``) in one
+        commit, where each would have been a commit of its trace; with them, drop
+        the deferrals that no longer hold for a trace this runtime has open (its
+        log moved on)."""
+        stale = [
+            name
+            for name, deferred in self._deferred.appends.items()
+            if name in self._traces and not deferred.holds_for(self._traces[name].snapshot.state)
+        ]
+        if appends or stale:
+            self._deferred = deferred_log.record(self.flow.warehouse, appends, stale)
 
     def discard_stale(self, nodes: Sequence[n.Node]) -> list[n.Node]:
         """Discard the traces among ``nodes`` computed from a generation of a source

@@ -27,7 +27,7 @@ from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceNotFound
 from dd_etl.trace.file_stats import make_stats
-from dd_etl.trace.open_tables import OpenTables, commit_stamp, latest_at
+from dd_etl.trace.open_tables import LoadedSnapshots, OpenTables, commit_stamp, latest_at
 from dd_etl.trace.state import TraceState
 from dd_etl.trace.storage import Commit, Snapshot, StaleVersion
 
@@ -60,6 +60,7 @@ def open_table(uri: str, version: int | None = None) -> DeltaTable:
 
 
 _opened = OpenTables(open_table)
+_loaded = LoadedSnapshots()
 
 
 def read_state(table: DeltaTable) -> TraceState:
@@ -71,12 +72,19 @@ def latest_state(table: DeltaTable) -> tuple[int, TraceState]:
     """The state committed last at or before the table's version, and that commit's
     version. Commits by other Delta tools (e.g. vacuum) carry no state; look past them.
     """
+    version, text = latest_recorded(table, STATE_KEY)
+    return version, TraceState.from_json(text)
+
+
+def latest_recorded(table: DeltaTable, key: str) -> tuple[int, str]:
+    """What the last commit at or before the table's version that recorded ``key``
+    in its commit info recorded, and that commit's version."""
     limit = 1
     while True:
         history = table.history(limit)
         for entry in history:
-            if STATE_KEY in entry:
-                return int(entry["version"]), TraceState.from_json(entry[STATE_KEY])
+            if key in entry:
+                return int(entry["version"]), str(entry[key])
         if len(history) < limit:
             raise TraceNotFound(table.table_uri)
         limit *= 8
@@ -84,15 +92,30 @@ def latest_state(table: DeltaTable) -> tuple[int, TraceState]:
 
 def load(uri: str, known: Snapshot | None = None) -> Snapshot:
     """The trace at its latest version; ``known`` itself while no commit followed
-    it (two ``stat`` calls, where reading the log costs milliseconds)."""
-    if known is not None and known.stamp is not None and latest_at(uri, known.version, known.stamp):
-        return known
+    it (two ``stat`` calls, where reading the log costs milliseconds), or else the
+    snapshot this process loaded last, while no commit followed that: a run opens
+    every trace of its pipeline, and most took nothing in since the last run."""
+    for candidate in (known, _loaded.get(uri)):
+        if candidate is not None and _still_latest(uri, candidate):
+            _loaded.keep(uri, candidate)
+            return candidate
     with _opened.latest(uri) as table:
         state = read_state(table)
         if not state.generation:  # created before traces had one: the table's id was it
             state = replace(state, generation=str(table.metadata().id))
         version = table.version()
-        return Snapshot(version, state, files_by_batch(table, state.dims), stamp(uri, version))
+        snapshot = Snapshot(version, state, files_by_batch(table, state.dims), stamp(uri, version))
+    _loaded.keep(uri, snapshot)
+    return snapshot
+
+
+def _still_latest(uri: str, snapshot: Snapshot) -> bool:
+    return snapshot.stamp is not None and latest_at(uri, snapshot.version, snapshot.stamp)
+
+
+def forget(uri: str) -> None:
+    """Let go of what this process loaded of a table being deleted."""
+    _loaded.forget(uri)
 
 
 def stamp(uri: str, version: int) -> tuple[int, int] | None:

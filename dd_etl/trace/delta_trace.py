@@ -573,6 +573,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
 def discard_table(path: Path) -> None:
     """Delete a table: renamed away first (atomic), so a crash leaves either all of
     it or none, never a log without its files."""
+    delta_log.forget(str(path))
     if path.exists():
         doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
         path.rename(doomed)

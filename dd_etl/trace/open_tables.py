@@ -1,4 +1,5 @@
-"""Delta tables kept open between reads of the same trace's log.
+"""Delta tables kept open between reads of the same trace's log, and the
+snapshots last read from them.
 
 A run reads each trace's log many times (before and after each of its appends),
 and opening a Delta table replays its log from the latest checkpoint. A table
@@ -25,8 +26,13 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+from dd_etl.trace.storage import Snapshot
+
 KEPT_TABLES = 256
 """Tables kept open at most; the least recently used is let go."""
+KEPT_SNAPSHOTS = 8192
+"""Snapshots kept at most (a few kilobytes each): every trace of a pipeline of
+hundreds of views."""
 
 
 @dataclass
@@ -95,6 +101,30 @@ class OpenTables:
             self._kept.move_to_end(uri)
             while len(self._kept) > KEPT_TABLES:
                 self._kept.popitem(last=False)
+
+
+class LoadedSnapshots:
+    """The snapshot this process loaded last of each table, by uri: the caller
+    checks that no commit followed it (``latest_at``) before using it."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, Snapshot] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, uri: str) -> Snapshot | None:
+        with self._guard:
+            return self._kept.get(uri)
+
+    def keep(self, uri: str, snapshot: Snapshot) -> None:
+        with self._guard:
+            self._kept[uri] = snapshot
+            self._kept.move_to_end(uri)
+            while len(self._kept) > KEPT_SNAPSHOTS:
+                self._kept.popitem(last=False)
+
+    def forget(self, uri: str) -> None:
+        with self._guard:
+            self._kept.pop(uri, None)
 
 
 def commit_stamp(uri: str, version: int) -> tuple[int, int] | None:

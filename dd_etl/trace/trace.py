@@ -20,6 +20,7 @@ from dd_etl.failpoints import failpoint
 from dd_etl.lattice import Antichain
 from dd_etl.profiling import count_bytes
 from dd_etl.trace.batch import DataFile, WrittenBatch
+from dd_etl.trace.deferred import DeferredAppend
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import CommitConflict, ReaderInUse, TraceError, UpperMismatch
 from dd_etl.trace.file_stats import hash_bounds
@@ -45,14 +46,42 @@ def new_batch_id() -> str:
 class Trace(Generic[U]):
     def __init__(self, storage: Storage[U]) -> None:
         self.storage = storage
-        self.snapshot: Snapshot = storage.load()
+        self._deferred: DeferredAppend | None = None
+        self.snapshot = storage.load()
         self._readers: dict[str, ReaderHandle] = {}
 
     # ----------------------------------------------------------------- reading
 
     @property
+    def snapshot(self) -> Snapshot:
+        """The trace as its log holds it (``state`` adds a deferred append)."""
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        deferred = self._deferred
+        self._state = snapshot.state if deferred is None else deferred.applied_to(snapshot.state)
+
+    @property
     def state(self) -> TraceState:
-        return self.snapshot.state
+        """The trace's state: as its log holds it, with the empty append deferred
+        from there, if any (``trace/deferred.py``). Every transition starts from
+        it, so the trace's next commit carries the deferred batch."""
+        return self._state
+
+    def defer(self, deferred: DeferredAppend | None) -> None:
+        """Read the trace with ``deferred`` applied (where it holds for the log)."""
+        self._deferred = deferred
+        self.snapshot = self._snapshot
+
+    def deferred_to(self, upper: Antichain) -> DeferredAppend:
+        """The empty append that takes the trace, as its log holds it, to ``upper``,
+        deferred (``defer``); the caller records it where later readers find it."""
+        logged = self._snapshot.state
+        deferred = DeferredAppend(logged.generation, logged.upper, upper)
+        self.defer(deferred)
+        return deferred
 
     @property
     def name(self) -> str:
