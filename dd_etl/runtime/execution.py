@@ -164,15 +164,19 @@ def _bring_layer(
 ) -> None:
     """Bring the traces of one layer up to date, side by side: their batches
     planned, written together as the layer's sizing places them
-    (``batch_writer``), then each trace read back."""
+    (``batch_writer``), then each trace read back; a trace whose inputs did not
+    change defers its empty append (``Interval.defer``), and is read when asked."""
 
     def plan(node: n.Node) -> Append | None:
+        if interval.defer(node):
+            return None  # no work of its own to profile: its inputs did not change
         with profiler.trace(trace_label(node)):
             return interval.plan(node)
 
     def bring(node: n.Node) -> None:
-        with profiler.trace(trace_label(node)):
-            interval.delta(node)
+        if node.trace_name not in interval.done.deferred:  # read back when asked
+            with profiler.trace(trace_label(node)):
+                interval.delta(node)
         if on_trace is not None:
             on_trace(node)
 

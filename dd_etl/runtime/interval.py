@@ -149,17 +149,29 @@ class Interval:
     def _recomputed(self, node: n.Node) -> TypeGuard[n.View]:
         return isinstance(node, n.View) and node.name in self.recomputed
 
+    def defer(self, node: n.Node) -> bool:
+        """Defer the empty append of a trace node whose inputs have no changes in
+        the interval (``trace/deferred.py``), for the run to record with the
+        others (``done.deferred``); whether it is deferred. Nothing in, nothing
+        out, and no commit: the trace reads the deferral as appended."""
+        name = node.trace_name
+        if name is None or name in self.done.deferred:
+            return name is not None
+        trace = self.traces.trace(node)
+        if epoch_of(trace.state.upper) >= self.upper or not self._unchanged_inputs(node):
+            return False
+        self.done.deferred[name] = trace.deferred_to(Antichain.from_epoch(self.upper))
+        return True
+
     def plan(self, node: n.Node) -> Append | None:
         """The batch ``node``'s trace appends for the interval, planned; None when
         there is none to append (a source, or a trace that already holds it), or
-        when its inputs have no changes: its empty batch is then deferred
-        (``trace/deferred.py``) for the run to record with the others
-        (``done.deferred``).
+        when its empty append is deferred (``defer``).
 
         Its commit also moves the runtime's holds to ``lower - 1``, where the last
         run left history readable: what its own end would have released with a
         commit of its own. This run reads the trace as of ``lower - 1`` from there on."""
-        if node.trace_name is None:
+        if node.trace_name is None or self.defer(node):
             return None
         trace = self.traces.trace(node)
         start = epoch_of(trace.state.upper)  # fresh: pending() reloaded every trace
@@ -175,13 +187,6 @@ class Interval:
             label=trace_label(node),
             operators=memory_operators(node),
         )
-        if self._unchanged_inputs(node):
-            # nothing in, nothing out: an empty batch, deferred to the run's record
-            if isinstance(node, n.Iterate):  # its inner traces advance with it
-                return Append(node, append(self.traces.flow.empty_updates(node.schema), at_most=0))
-            deferred = trace.deferred_to(Antichain.from_epoch(self.upper))
-            self.done.deferred[node.trace_name] = deferred
-            return None
         changes = self._changes(node, start)
         if changes is None:
             return None  # a source's: appended by whoever feeds it
@@ -267,7 +272,9 @@ class Interval:
         logs tell (no Spark job): a trace with no records in the interval's batches,
         or an operator whose inputs all have none."""
         if node.id not in self.done.unchanged:
-            if node.trace_name is not None:
+            if node.trace_name in self.done.deferred:
+                self.done.unchanged[node.id] = True  # its empty append was deferred
+            elif node.trace_name is not None:
                 self.delta(node)  # its layer appended it: read it as a user would
                 held = self.traces.trace(node).state.records_from(Antichain.from_epoch(self.lower))
                 self.done.unchanged[node.id] = held == 0
