@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dd_etl.lattice import Antichain, Time, less_equal
+from dd_etl.trace.deferred import DeferredAppend
+from dd_etl.trace.deferred_log import DeferredRecord
 from dd_etl.trace.description import Description
 from dd_etl.trace.errors import HoldRegression, UpperMismatch
 from dd_etl.trace.reader_handle import ReaderHandle
@@ -335,3 +337,18 @@ def test_a_deferred_empty_append_is_read_as_appended_and_carried_by_the_next_com
     assert deferred.applied_to(logged) is logged
     assert deferred.holds_for(again.snapshot.state)
     assert not deferred.holds_for(replace(again.snapshot.state, generation="another"))
+
+
+def test_a_record_of_deferrals_keeps_the_one_reaching_further_from_the_same_log() -> None:
+    """Runs racing on one warehouse merge their deferrals into the latest record:
+    from the same log state the further one stays; one from another log state
+    (a later upper, another generation) replaces it; dropped ones go."""
+    record = DeferredRecord(
+        3, {"t": DeferredAppend("g", e(1), e(5)), "u": DeferredAppend("g", e(1), e(2))}
+    )
+    merged = record.with_appends(
+        {"t": DeferredAppend("g", e(1), e(4)), "u": DeferredAppend("g", e(1), e(3))}, ()
+    )
+    assert (merged["t"].upper, merged["u"].upper) == (e(5), e(3))
+    again = DeferredAppend("g2", e(0), e(2))
+    assert record.with_appends({"t": again}, ["u"]) == {"t": again}

@@ -62,13 +62,15 @@ class DeferredRecord:
         merged = {name: a for name, a in self.appends.items() if name not in dropped}
         for name, new in appends.items():
             old = merged.get(name)
-            same_start = old is not None and (old.generation, old.lower) == (
-                new.generation,
-                new.lower,
-            )
-            if not (same_start and old is not None and new.upper.less_equal(old.upper)):
+            if old is None or not _reaches(old, new):
                 merged[name] = new
         return merged
+
+
+def _reaches(old: DeferredAppend, new: DeferredAppend) -> bool:
+    """Whether ``old`` defers from where ``new`` does, at least as far."""
+    same_start = (old.generation, old.lower) == (new.generation, new.lower)
+    return same_start and new.upper.less_equal(old.upper)
 
 
 def log_uri(warehouse: str | Path) -> str:
