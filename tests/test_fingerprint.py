@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from dd_etl.errors import PlanError
-from dd_etl.plan.fingerprint import function_id
+from dd_etl.plan.column_names import ColumnName, column
+from dd_etl.plan.fingerprint import canonical, function_id
+from dd_etl.sql_syntax import quote
 
 SCALE = 3
 
@@ -80,3 +84,23 @@ def test_a_function_reading_a_value_without_stable_text_needs_a_version() -> Non
         function_id(guarded)
     assert function_id(guarded, version="2") == function_id(guarded, version="2")
     assert function_id(guarded, version="2") != function_id(guarded, version="3")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "name", ["a", "order_id_2", "__agg", "Upper", "select", "null", "a b", "it's", "1a", "é"]
+)
+def test_a_column_named_without_the_jvm_prints_in_a_node_id_as_spark_prints_it(
+    spark: SparkSession, name: str
+) -> None:
+    """Plan ids name traces: a column made as SQL text must not change them."""
+    made = column(name)
+    assert isinstance(made, ColumnName)
+    assert canonical(made) == canonical(F.col(name))
+    assert spark.range(1).selectExpr(f"0 AS {quote(name)}").select(made).columns == [name]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", ["a.b", "`a`"])
+def test_a_name_spark_parses_stays_a_spark_column(spark: SparkSession, name: str) -> None:
+    assert not isinstance(column(name), ColumnName)

@@ -33,6 +33,7 @@ from dd_etl.operators.running import running_calls
 from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 from dd_etl.plan.aggregates import Aggregate, build_aggregate
+from dd_etl.plan.column_names import column
 from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.inferred import InferredSchemas
@@ -336,7 +337,7 @@ class Collection:
     def _padded(self, schema: StructType) -> Collection:
         """This collection with NULLs for the columns of ``schema`` it lacks, in its order."""
         cols = [
-            F.col(f.name) if f.name in self.columns else F.lit(None).cast(f.dataType).alias(f.name)
+            column(f.name) if f.name in self.columns else F.lit(None).cast(f.dataType).alias(f.name)
             for f in schema.fields
         ]
         return self.select(*cols)
@@ -621,7 +622,7 @@ class Collection:
         present = self.filter(F.col(value).isNotNull())
         level = present.select(
             *key,
-            **{LOW: F.col(value), HIGH: F.col(value)},
+            **{LOW: column(value), HIGH: column(value)},
             __bucket=(F.xxhash64(value).bitwiseAND(0xFFFFFFFF)).cast("long"),
         )
         for shift in HIERARCHY_SHIFTS:

@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import NullType, StringType
 from sqlglot import exp
 
+from dd_etl.plan.column_names import column
 from dd_etl.plan.dataflow import Collection, Dataflow
 from dd_etl.plan.sql.errors import Located
 from dd_etl.plan.sql.frontend import catalog, check_tables, parse, resolve
@@ -48,7 +49,7 @@ def compile_view(
     named = {
         output: F.col(c).cast(StringType())
         if isinstance(schema[c].dataType, NullType)
-        else F.col(c)
+        else column(c)
         for output, c in zip(out.names, out.coll.columns, strict=True)
     }
     renamed = list(out.names) != out.coll.columns

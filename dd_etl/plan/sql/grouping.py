@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from dd_etl.plan import aggregates as agg
+from dd_etl.plan.column_names import column as named_column
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.sql.errors import Located
 from dd_etl.plan.sql.relation import Rel
@@ -239,8 +240,8 @@ def group(rel: Rel, select: exp.Select, items: list[exp.Expr], names: Names, loc
     for grouping_set in sets:
         present = {column_of[keys.index(k)] for k in grouping_set}
         part = grouped_by([c for c in by if c in present])
-        named = {c: F.col(c) if c in present else F.lit(None).cast(types[c]) for c in by}
-        named |= {a: F.col(a) for a in aggregates}
+        named = {c: named_column(c) if c in present else F.lit(None).cast(types[c]) for c in by}
+        named |= {a: named_column(a) for a in aggregates}
         for name, args in flags.items():
             absent = [int(column_of[keys.index(a)] not in present) for a in args]
             named[name] = F.lit(int("".join(map(str, absent)), 2)).cast("long")

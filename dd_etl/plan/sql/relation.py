@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyspark.sql import functions as F
-
+from dd_etl.plan.column_names import column
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.sql.scope import Names, Scope
 
@@ -26,7 +25,7 @@ class Rel:
         """The relation with extra columns computed by Spark SQL expressions."""
         if not computed:
             return self
-        keep = [F.col(c) for c in self.coll.columns]
+        keep = [column(c) for c in self.coll.columns]
         return Rel(self.coll.select(*keep, **computed), self.scope)
 
     def filter(self, predicate: str) -> Rel:
@@ -51,7 +50,7 @@ class Output:
         if list(renamed) == list(renamed.values()) == self.coll.columns:
             # The collection itself: its arrangements are shared with other views.
             return Rel(self.coll, Scope(fresh))
-        coll = self.coll.select(**{new: F.col(old) for new, old in renamed.items()})
+        coll = self.coll.select(**{new: column(old) for new, old in renamed.items()})
         return Rel(coll, Scope(fresh))
 
 

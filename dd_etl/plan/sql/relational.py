@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
+from dd_etl.plan.column_names import column
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
 from dd_etl.plan.sql.coercion import common_type
 from dd_etl.plan.sql.errors import Located, SqlError, rejection, spark_reason
@@ -414,7 +415,7 @@ class Compiler:
         def cast(out: Output) -> Collection:
             fields = out.coll.node.schema.fields
             named = {
-                target.name: F.col(f.name).cast(t) if f.dataType != t else F.col(f.name)
+                target.name: F.col(f.name).cast(t) if f.dataType != t else column(f.name)
                 for f, target, t in zip(fields, lf, types, strict=True)
             }
             return out.coll.select(**named)
