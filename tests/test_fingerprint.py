@@ -3,6 +3,8 @@ definition, different when a Python function captures or reads other values."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
 import threading
@@ -104,3 +106,9 @@ def test_a_column_named_without_the_jvm_prints_in_a_node_id_as_spark_prints_it(
 @pytest.mark.parametrize("name", ["a.b", "`a`"])
 def test_a_name_spark_parses_stays_a_spark_column(spark: SparkSession, name: str) -> None:
     assert not isinstance(column(name), ColumnName)
+
+
+def test_a_column_name_copies_and_pickles_as_itself() -> None:
+    made = ColumnName("a b")
+    for again in (copy.deepcopy(made), pickle.loads(pickle.dumps(made))):
+        assert (str(again), again.name) == ("`a b`", "a b")

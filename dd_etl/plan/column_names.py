@@ -27,6 +27,10 @@ class ColumnName(str):
         named.name = name
         return named
 
+    def __getnewargs__(self) -> tuple[str]:
+        # a copy or a pickle makes it again from its name, not from its SQL text
+        return (self.name,)
+
     @property
     def fingerprint(self) -> str:
         """What ``str(F.col(name))`` is, for a name Spark takes as it is."""
