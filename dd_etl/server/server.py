@@ -100,9 +100,6 @@ class Server:
         while (command := self.pending.get()) is not None:
             restart = self._run(command)
             with self.guard:
-                self.state.busy = False
-                self.state.commands += 1
-                self.state.last_active = time.monotonic()
                 if restart is not None or self.state.stopping:
                     break
         self.leave()
@@ -203,6 +200,7 @@ class Server:
         except OSError:
             for fd in command.fds:
                 os.close(fd)
+            self._finished()
             return None  # gone before it began: nothing to do
         done = threading.Event()
         threading.Thread(target=self._watch, args=(connection, done), daemon=True).start()
@@ -214,11 +212,20 @@ class Server:
         outcome = f"exit {code}" if restart is None else f"starts over on a {restart} server"
         _log(f"{command.request.get('args')}: {outcome} in {time.monotonic() - started:.1f}s")
         reply = {"exit": code} if restart is None else {"restart": True, "compiler": restart}
+        self._finished()
         with contextlib.suppress(OSError):
             protocol.send(connection, reply)
             connection.shutdown(socket.SHUT_RDWR)
         connection.close()
         return restart
+
+    def _finished(self) -> None:
+        """Count the command before its client hears the end of it: a status asked
+        right after must show it."""
+        with self.guard:
+            self.state.busy = False
+            self.state.commands += 1
+            self.state.last_active = time.monotonic()
 
     def _watch(self, connection: socket.socket, done: threading.Event) -> None:
         """The client sends nothing after its request: anything but the end of the
