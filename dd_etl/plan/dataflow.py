@@ -33,7 +33,14 @@ from dd_etl.operators.running import running_calls
 from dd_etl.operators.window import window
 from dd_etl.plan import nodes as n
 from dd_etl.plan.aggregates import Aggregate, build_aggregate
-from dd_etl.plan.column_names import column
+from dd_etl.plan.column_names import (
+    cast_literal,
+    column,
+    hash_bucket,
+    is_not_null,
+    renamed,
+    shifted_right,
+)
 from dd_etl.plan.fingerprint import function_id, node_id
 from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.inferred import InferredSchemas
@@ -337,7 +344,7 @@ class Collection:
     def _padded(self, schema: StructType) -> Collection:
         """This collection with NULLs for the columns of ``schema`` it lacks, in its order."""
         cols = [
-            column(f.name) if f.name in self.columns else F.lit(None).cast(f.dataType).alias(f.name)
+            column(f.name) if f.name in self.columns else cast_literal(None, f.dataType, f.name)
             for f in schema.fields
         ]
         return self.select(*cols)
@@ -460,8 +467,7 @@ class Collection:
             params["numbering"] = numbering
         if not hierarchical:
             return self._reduce(key, "top_k", self.node.schema, **params)
-        bucket = F.shiftrightunsigned(F.xxhash64(*self.columns).bitwiseAND(0xFFFFFFFF), 24)
-        bucketed = self.select(*self.columns, __bucket=bucket.cast("long"))
+        bucketed = self.select(*self.columns, __bucket=hash_bucket(self.columns, 24))
         level = bucketed._reduce((*key, "__bucket"), "top_k", bucketed.node.schema, **params)
         return level.select(*self.columns)._reduce(key, "top_k", self.node.schema, **params)
 
@@ -601,9 +607,9 @@ class Collection:
         key = tuple(key)
         if hierarchical:
             side = LOW if kind == "min" else HIGH
-            return self.extremes(key, value).select(*key, F.col(side).alias(value))
+            return self.extremes(key, value).select(*key, renamed(side, value))
         fields = [*[self.node.schema[k] for k in key], self.node.schema[value]]
-        present = self.filter(F.col(value).isNotNull())
+        present = self.filter(is_not_null(value))
         return present.select(*key, value)._reduce(key, kind, StructType(fields), value)
 
     def extremes(self, key: Sequence[str], value: str) -> Collection:
@@ -619,16 +625,12 @@ class Collection:
         keys = [self.node.schema[k] for k in key]
         value_type = self.node.schema[value].dataType
         bounds = [StructField(LOW, value_type), StructField(HIGH, value_type)]
-        present = self.filter(F.col(value).isNotNull())
+        present = self.filter(is_not_null(value))
         level = present.select(
-            *key,
-            **{LOW: column(value), HIGH: column(value)},
-            __bucket=(F.xxhash64(value).bitwiseAND(0xFFFFFFFF)).cast("long"),
+            *key, **{LOW: column(value), HIGH: column(value)}, __bucket=hash_bucket([value])
         )
         for shift in HIERARCHY_SHIFTS:
-            bucketed = level.select(
-                *key, LOW, HIGH, __bucket=F.shiftrightunsigned("__bucket", shift)
-            )
+            bucketed = level.select(*key, LOW, HIGH, __bucket=shifted_right("__bucket", shift))
             schema = StructType([*keys, StructField("__bucket", LongType()), *bounds])
             level = bucketed._reduce((*key, "__bucket"), "min_max", schema)
         return level.select(*key, LOW, HIGH)._reduce(key, "min_max", StructType([*keys, *bounds]))

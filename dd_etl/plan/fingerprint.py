@@ -18,7 +18,7 @@ from pyspark.sql import Column
 from pyspark.sql.types import DataType
 
 from dd_etl.errors import PlanError
-from dd_etl.plan.column_names import ColumnName
+from dd_etl.plan.column_names import ColumnText
 
 DIGEST_CHARS = 16
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -27,7 +27,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 def canonical(value: Any) -> str:
     """A stable text for a parameter: the same definition always gives the same text."""
-    if isinstance(value, ColumnName):
+    if isinstance(value, ColumnText):
         return f"col({value.fingerprint})"
     if isinstance(value, Column):
         return f"col({value})"

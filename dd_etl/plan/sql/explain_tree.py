@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 
 from dd_etl.operators.reduce import sides
 from dd_etl.plan import nodes as n
-from dd_etl.plan.column_names import ColumnName
+from dd_etl.plan.column_names import ColumnName, ColumnText
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.loops import loop_nest
 from dd_etl.plan.sql.joins import CROSS_KEY
@@ -30,6 +30,8 @@ def _short(text: str) -> str:
 def _expr(e: Column | str) -> str:
     if isinstance(e, ColumnName):
         return e.name
+    if isinstance(e, ColumnText):
+        return e.printed
     if isinstance(e, Column):
         text = str(e)
         return text[len("Column<'") : -2] if text.startswith("Column<'") else text

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from itertools import combinations, product
 
-from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
 from sqlglot import exp
 
 from dd_etl.plan import aggregates as agg
+from dd_etl.plan.column_names import cast_literal
 from dd_etl.plan.column_names import column as named_column
 from dd_etl.plan.dataflow import Collection
 from dd_etl.plan.sql.errors import Located
@@ -240,11 +241,11 @@ def group(rel: Rel, select: exp.Select, items: list[exp.Expr], names: Names, loc
     for grouping_set in sets:
         present = {column_of[keys.index(k)] for k in grouping_set}
         part = grouped_by([c for c in by if c in present])
-        named = {c: named_column(c) if c in present else F.lit(None).cast(types[c]) for c in by}
+        named = {c: named_column(c) if c in present else cast_literal(None, types[c]) for c in by}
         named |= {a: named_column(a) for a in aggregates}
         for name, args in flags.items():
             absent = [int(column_of[keys.index(a)] not in present) for a in args]
-            named[name] = F.lit(int("".join(map(str, absent)), 2)).cast("long")
+            named[name] = cast_literal(int("".join(map(str, absent)), 2), LongType())
         parts.append(part.select(**named))
     return Rel(parts[0].concat(*parts[1:]), after)
 
