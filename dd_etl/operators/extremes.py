@@ -213,9 +213,14 @@ def at_or_beyond(
     return result
 
 
+NoneReached = tuple[()]
+NONE_REACHED: NoneReached = ()
+"""What the driver found when no retraction of a change reaches an extreme."""
+
+
 def delta_extremes(
     d_in: DataFrame,
-    reached_keys: DataFrame | None,
+    reached_keys: DataFrame | NoneReached | None,
     input_history: History,
     output_history: History,
     key: Sequence[str],
@@ -227,6 +232,8 @@ def delta_extremes(
     in ``reached_keys`` (told by Spark, ``reached_in_spark``, when None) is
     recomputed from its history (``input_history`` need hold no other key's) and
     its changes; every other key's current row is widened by its insertions.
+    With ``NONE_REACHED`` every key is widened, and the plan holds nothing of
+    the recomputation (Spark would prune it only after analysing it).
     Each touched key's current row is retracted and its new one inserted, at the
     time of its change, read from the change itself: no epoch literal enters the
     plan. A key whose extremes stay as they were gets the same row back, and the
@@ -238,29 +245,33 @@ def delta_extremes(
         null_safe_join(output_history(sql_text.columns(touched, key)), touched, key),
         [*out_columns, TIME],
     )
-    if reached_keys is None:
-        reached_keys = reached_in_spark(d_in, current, key)
-    marked = sql_text.select(reached_keys, [*keyed, f"TRUE AS {_REACHED}"])
-    split = null_safe_join(d_in, marked, key, how="left")
-    data = [quote(c) for c in d_in.columns if c not in (TIME, DIFF)]
-    hit = sql_text.select(split.where(_REACHED), [*data, time, diff])
-    kept = sql_text.select(split.where(f"{_REACHED} IS NULL"), [*data, time, diff])
-    # reached keys: everything they hold, history and change, summed and reduced
-    hit_times = null_safe_join(touched, marked, key)
-    history = sql_text.select(
-        null_safe_join(input_history(reached_keys), hit_times, key), [*data, time, diff]
-    )
-    present = consolidated(union(history, hit), [*[c for c in d_in.columns if c != DIFF]])
     carried = sides(out_columns)
     extended = [f"{f}({side}) AS {side}" for side, f in carried]
-    recomputed = sql_text.group(present.where(f"{diff} > 0"), [*key, TIME], extended)
-    # the others: their current extremes widened by what they gained
-    kept_keys = sql_text.select(kept, keyed).distinct()
     bounds = [*keyed, *(side for side, _ in carried), time]
-    kept_now = sql_text.select(null_safe_join(current, kept_keys, key), bounds)
+    if isinstance(reached_keys, tuple):  # every touched key widened: ``current`` holds them
+        kept, kept_now, recomputed = d_in, sql_text.select(current, bounds), None
+    else:
+        if reached_keys is None:
+            reached_keys = reached_in_spark(d_in, current, key)
+        marked = sql_text.select(reached_keys, [*keyed, f"TRUE AS {_REACHED}"])
+        split = null_safe_join(d_in, marked, key, how="left")
+        data = [quote(c) for c in d_in.columns if c not in (TIME, DIFF)]
+        hit = sql_text.select(split.where(_REACHED), [*data, time, diff])
+        kept = sql_text.select(split.where(f"{_REACHED} IS NULL"), [*data, time, diff])
+        # reached keys: everything they hold, history and change, summed and reduced
+        hit_times = null_safe_join(touched, marked, key)
+        history = sql_text.select(
+            null_safe_join(input_history(reached_keys), hit_times, key), [*data, time, diff]
+        )
+        present = consolidated(union(history, hit), [*[c for c in d_in.columns if c != DIFF]])
+        recomputed = sql_text.group(present.where(f"{diff} > 0"), [*key, TIME], extended)
+        kept_keys = sql_text.select(kept, keyed).distinct()
+        kept_now = sql_text.select(null_safe_join(current, kept_keys, key), bounds)
+    # the others: their current extremes widened by what they gained
     gained = sql_text.select(kept.where(f"{diff} > 0"), bounds)
     widened = sql_text.group(union(kept_now, gained), [*key, TIME], extended)
-    new = sql_text.select(union(recomputed, widened), [*out, time, f"CAST(1 AS BIGINT) AS {diff}"])
+    both = widened if recomputed is None else union(recomputed, widened)
+    new = sql_text.select(both, [*out, time, f"CAST(1 AS BIGINT) AS {diff}"])
     old = sql_text.select(current, [*out, time, f"-{diff} AS {diff}"])
     return union(new, old)
 

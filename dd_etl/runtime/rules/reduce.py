@@ -171,7 +171,10 @@ def _kept_extremes(
         return None
     changes = interval.delta(arranged)  # appended first
     found = _reached_in_driver(node, interval, source, target) if interval.driver_rows else None
-    reached, hashes = found if found is not None else (None, None)
+    reached: DataFrame | extremes.NoneReached | None = None
+    hashes: list[int] | None = None
+    if found is not None:
+        reached, hashes = found if found[1] else (extremes.NONE_REACHED, [])
     return extremes.delta_extremes(
         changes,
         reached,
