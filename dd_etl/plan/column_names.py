@@ -16,39 +16,24 @@ from typing import Self
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
-from dd_etl.sql_syntax import quote
+from dd_etl.sql_syntax import cast, quote
 
 _ATOMIC = (
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    TimestampNTZType,
-    TimestampType,
+    T.BinaryType,
+    T.BooleanType,
+    T.ByteType,
+    T.DateType,
+    T.DecimalType,
+    T.DoubleType,
+    T.FloatType,
+    T.IntegerType,
+    T.LongType,
+    T.ShortType,
+    T.StringType,
+    T.TimestampNTZType,
+    T.TimestampType,
 )
 """Types whose name Spark prints in a cast as their simple string in capitals."""
 BUCKET_MASK = 0xFFFFFFFF
@@ -142,7 +127,7 @@ def shifted_right(name: str, bits: int) -> ColumnText | Column:
 
 
 def cast_literal(
-    value: int | None, data_type: DataType, alias: str | None = None
+    value: int | None, data_type: T.DataType, alias: str | None = None
 ) -> ColumnText | Column:
     """``F.lit(value).cast(data_type)``, then ``.alias(alias)`` if given: a NULL or an
     integer of the type."""
@@ -150,7 +135,8 @@ def cast_literal(
         made = F.lit(value).cast(data_type)
         return made if alias is None else made.alias(alias)
     literal = "NULL" if value is None else str(int(value))
-    sql = printed = f"CAST({literal} AS {data_type.simpleString().upper()})"
+    sql = cast(literal, data_type)
+    printed = f"CAST({literal} AS {data_type.simpleString().upper()})"
     if alias is not None:
         sql, printed = f"{sql} AS {quote(alias)}", f"{printed} AS {alias}"
     return ColumnText(sql, printed)
