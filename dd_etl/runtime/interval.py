@@ -41,7 +41,7 @@ from dd_etl.sql_text import quote
 from dd_etl.trace.batch_writer import TraceAppend
 from dd_etl.trace.columns import DIFF, TIME
 from dd_etl.trace.deferred import DeferredAppend
-from dd_etl.trace.delta_trace import SMALL_BATCH_BYTES, DeltaTrace
+from dd_etl.trace.delta_trace import SMALL_BATCH_BYTES, CollectedBatch, DeltaTrace
 from dd_etl.trace.spark_files import ONE_TASK_RECORDS
 
 
@@ -187,6 +187,10 @@ class Interval:
             label=trace_label(node),
             operators=memory_operators(node),
         )
+        if self.driver_rows and not self._recomputed(node):
+            rows = rule_for(node).batch_in_driver(node, self)
+            if rows is not None:
+                return Append(node, append(CollectedBatch(rows), at_most=rows.num_rows))
         changes = self._changes(node, start)
         if changes is None:
             return None  # a source's: appended by whoever feeds it

@@ -252,7 +252,8 @@ class TraceAppend:
     held the interval already)."""
 
     trace: DeltaTrace
-    updates: DataFrame
+    updates: DataFrame | CollectedBatch
+    """Its rows planned, or already in the driver's hands."""
     lower: Antichain
     upper: Antichain
     placement: Placement
@@ -280,12 +281,14 @@ class TraceAppend:
         return WriteCost(self.operators, self.at_most or 0)
 
     def to_collect(self) -> PlannedBatch | None:
-        if self.at_most == 0:
+        if self.at_most == 0 or isinstance(self.updates, CollectedBatch):
             return None
         return self.trace.batch_plan(self.updates, self.distinct)
 
     def to_write_on_executors(self) -> ExecutorBatch | None:
         if self.at_most == 0 or self.slices_log2 is None:
+            return None
+        if isinstance(self.updates, CollectedBatch):
             return None
         return self.trace.executor_batch(self.updates, self.distinct, self.slices_log2)
 

@@ -23,15 +23,17 @@ from pyspark.sql.types import StructType
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import PlanError
 from dd_etl.local_relations import local_relation
-from dd_etl.operators import extremes, linear, running
+from dd_etl.operators import driver_extremes, extremes, linear, running
 from dd_etl.operators.extremes import order_struct
 from dd_etl.operators.iterative import loop_reduce
 from dd_etl.operators.reduce import AT, delta_reduce, sides
 from dd_etl.operators.running import delta_running, running_calls
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import keyed_leaves
+from dd_etl.runtime.epochs import epoch_of
 from dd_etl.runtime.reducers import reducer_for
 from dd_etl.runtime.rules.rule import Rule
+from dd_etl.trace import driver_merge, spark_files
 from dd_etl.trace.columns import DIFF, KEY_HASH
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ Reduced = Callable[[DataFrame, list[int] | None], DataFrame]
 
 
 class ReduceRule(Rule[n.Reduce]):
+    def batch_in_driver(self, node: n.Reduce, interval: IntervalScope) -> pa.Table | None:
+        return _extremes_in_driver(node, interval)
+
     def changes(self, node: n.Reduce, interval: IntervalScope, start: int) -> DataFrame:
         probes = keyed_leaves(node.inputs[0], node.key) or []
         kept = _kept_extremes(node, interval, probes)
@@ -183,6 +188,50 @@ def _kept_extremes(
         node.key,
         node.columns,
     )
+
+
+def _extremes_in_driver(node: n.Reduce, interval: IntervalScope) -> pa.Table | None:
+    """The batch of a MIN/MAX reduction at one epoch made by the driver
+    (``operators/driver_extremes.py``) from the rows it reads: the input's
+    change, the reduction's rows for the keys it touches, the history of the
+    keys a retraction reaches. None where it cannot: values of a type Arrow
+    orders otherwise than Spark, or nested; more rows than it keeps; a NaN."""
+    arranged = node.inputs[0]
+    if node.kind != "min_max" or not node.key or interval.upper - interval.lower != 1:
+        return None
+    if keyed_leaves(arranged, node.key) != [arranged]:
+        return None
+    source, target = interval.traces.trace(arranged), interval.traces.trace(node)
+    stored = arrow_schema(spark_files.stored_schema(target.state))
+    carried = [node.schema[side].dataType for side, _ in sides(node.columns)]
+    if not driver_merge.groupable(stored) or not all(map(extremes.comparable, carried)):
+        return None
+    if source.key_types != target.key_types or epoch_of(source.state.upper) < interval.upper:
+        return None  # the input not appended yet: Spark's plan says so
+    changes = source.stored_rows(since=(interval.lower,))
+    if changes is None:
+        return None
+    before = (interval.lower - 1,)
+    touched = sorted(set(changes.column(KEY_HASH).to_pylist()))
+    current = target.stored_rows(at=before, key_hashes=touched)
+    if current is None:
+        return None
+    retractions = changes.filter(pc.less(changes.column(DIFF), 0))
+    hit = extremes.reached(retractions, current, node.key).column(KEY_HASH)
+    hashes = sorted(set(hit.to_pylist()))
+    history = source.stored_rows(at=before, key_hashes=hashes)
+    if history is None or not driver_extremes.reducible([changes, current, history], node.columns):
+        return None
+    batch = driver_extremes.extremes_batch(
+        changes,
+        current,
+        pa.array(hashes, pa.int64()),
+        history,
+        node.key,
+        node.columns,
+        interval.lower,
+    )
+    return batch.cast(stored)
 
 
 def _reached_in_driver(

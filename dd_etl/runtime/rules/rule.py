@@ -32,6 +32,12 @@ class Rule(Generic[N]):
         ``lower``). None: a source's, appended by whoever feeds it."""
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
 
+    def batch_in_driver(self, node: N, interval: IntervalScope) -> pa.Table | None:
+        """The batch ``changes`` would plan, made by the driver from rows it reads
+        anyway (in the stored layout of the node's trace), where the interval's
+        rows pass through it and that costs no Spark plan; None: plan it."""
+        return None
+
     def unchanged(self, node: N, interval: IntervalScope) -> bool:
         """Whether ``node`` surely has no changes in the interval when, as the
         trace logs tell, its inputs have none: nothing in, nothing out."""
