@@ -170,8 +170,11 @@ class Profiler:
     def _job_ids(self, group: str | None) -> list[int]:
         return [] if self._jobs is None else self._jobs.job_ids(group)
 
-    def _label(self, group: str | None) -> str | None:
-        return None if self._jobs is None else self._jobs.label(group)
+    def _label(self, group: str | None) -> None:
+        """Label the calling thread's jobs: a JVM call each, so only as a block of
+        work begins and ends (``trace``), never to find out the label before."""
+        if self._jobs is not None:
+            self._jobs.label(group)
 
     def _group(self, trace: str | None) -> str:
         return self._tag if trace is None else f"{self._tag}/{trace}"
@@ -188,7 +191,8 @@ class Profiler:
         global _active
         previous_profiler = _active
         _active = self
-        previous = self._label(self._group(None))
+        previous = None if self._jobs is None else self._jobs.labelled()
+        self._label(self._group(None))
         self._depth += 1
         try:
             yield self

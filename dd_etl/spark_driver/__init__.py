@@ -28,8 +28,12 @@ class DriverStatus(Protocol):
     """What the driver tells of its work: Spark jobs labelled by group, as a run's
     profile counts them per trace, and its JVM's compiling."""
 
-    def label(self, group: str | None) -> str | None:
-        """Label the jobs this thread launches from now on; return the label before."""
+    def labelled(self) -> str | None:
+        """The label of the jobs this thread launches."""
+        ...
+
+    def label(self, group: str | None) -> None:
+        """Label the jobs this thread launches from now on."""
         ...
 
     def job_ids(self, group: str | None) -> list[int]:

@@ -237,11 +237,12 @@ class ClassicStatus:
             compilation if compilation.isCompilationTimeMonitoringSupported() else None
         )
 
-    def label(self, group: str | None) -> str | None:
-        before = self._context.getLocalProperty(_GROUP_PROPERTY)
+    def labelled(self) -> str | None:
+        return self._context.getLocalProperty(_GROUP_PROPERTY)
+
+    def label(self, group: str | None) -> None:
         self._context.setLocalProperty(_GROUP_PROPERTY, group)  # type: ignore[arg-type]
         self._context.setLocalProperty(_CALL_SITE_PROPERTY, group)  # type: ignore[arg-type]
-        return before
 
     def job_ids(self, group: str | None) -> list[int]:
         # as one string: PySpark's list of a Java array costs a JVM call per element
