@@ -7,7 +7,8 @@ Two kinds of one epoch read less: a MIN/MAX reads the history only of the keys
 a retraction may move (``operators/extremes.py``), a running window computes
 the partitions whose rows arrived in order from their totals
 (``operators/running.py``). Where the driver holds the interval's rows it tells
-those keys apart itself, and the history is read for them alone."""
+those keys apart itself, and the history is read for them alone; a MIN/MAX
+level's batch it then makes itself (``operators/driver_extremes.py``)."""
 
 from __future__ import annotations
 
