@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -287,7 +287,7 @@ def test_a_batch_is_summed_by_the_driver_and_distinct_updates_only_sorted(
 
     def plan(distinct: bool) -> PlannedBatch:
         planned = trace.batch_plan(updates, distinct)
-        assert "Aggregate" not in str(planned.rows._jdf.queryExecution().executedPlan())
+        assert "Aggregate" not in str(planned.frame()._jdf.queryExecution().executedPlan())
         return planned
 
     summed, laid_out = collect_batches([[plan(False), plan(True)]])
@@ -308,7 +308,8 @@ def test_a_batch_is_summed_by_the_driver_and_distinct_updates_only_sorted(
         [(1, [1], 0, 1), (1, [1], 0, 1)], "k long, xs array<long>, _time long, _diff long"
     )
     planned = nested.batch_plan(both)
-    assert planned.summed and "Aggregate" in str(planned.rows._jdf.queryExecution().executedPlan())
+    assert planned.summed
+    assert "Aggregate" in str(planned.frame()._jdf.queryExecution().executedPlan())
     [batch] = collect_batches([[planned]])
     assert batch is not None and batch.rows.column(DIFF).to_pylist() == [2]
 
@@ -530,6 +531,40 @@ def test_driver_reads_are_accumulated_by_the_driver_and_joined_only_when_exact(
         "Aggregate" not in exact._jdf.queryExecution().optimizedPlan().toString().split("Join")[0]
     )
     assert contents(trace.read_at((2,), placement=DRIVER)) == contents(trace.read_at((2,)))
+
+
+def test_driver_reads_are_cut_to_their_columns_and_times_before_spark_sees_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Rows the driver reads reach Spark as a local relation of just the columns and
+    times asked for (no select or filter over it to analyse), equal to what a
+    Spark scan of the same files gives."""
+    trace = new_trace(spark, tmp_path / "t", rows_per_file=50)
+    reader = trace.open_reader("r")
+    for epoch in range(3):
+        rows = [((k, f"e{epoch}"), (epoch,), 1) for k in range(4)]
+        trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
+    reader.downgrade(e(1), e(3))
+    trace.exert(None)  # epochs 0 and 1 merged, their times advanced to 1
+
+    def both(at: int, since: int, columns: list[str]) -> set[tuple[object, ...]]:
+        def read(placement: Placement) -> DataFrame:
+            return trace.updates(at=(at,), since=(since,), placement=placement, columns=columns)
+
+        mine = read(DRIVER)
+        analysed = mine._jdf.queryExecution().analyzed().toString()
+        assert "Project" not in analysed and "Filter" not in analysed, analysed
+        rows = {tuple(r) for r in mine.collect()}
+        assert rows == {tuple(r) for r in read(BULK).collect()}
+        return rows
+
+    assert both(1, 1, ["v", DIFF, "k"]) == {(v, 1, k) for v in ("e0", "e1") for k in range(4)}
+    assert both(2, 2, ["k"]) == {(k,) for k in range(4)}
+    probe = spark.createDataFrame([(2,)], "k long")
+    hashes = [r[0] for r in probe.selectExpr(spark_files.key_hash(["k"])).collect()]
+    until = trace.updates_until((1,), probe, hashes, DRIVER)
+    assert until.columns == ["k", "v", DIFF]
+    assert {tuple(r) for r in until.collect()} == {(2, "e0", 1), (2, "e1", 1)}
 
 
 def test_files_written_by_the_driver_and_by_spark_read_back_alike(

@@ -88,3 +88,36 @@ def test_renamed_keys_look_up_the_other_side_of_a_join(spark: SparkSession) -> N
     for keys in (KeySet.of(probe), KeySet(probe.schema, probe)):  # collected, and as a plan
         got = keys.renamed(["a"]).select(data)
         assert sorted(r["a"] for r in got.collect()) == [1, 3]
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "left_semi", "left_anti"])
+def test_a_null_safe_join_matches_null_keys_in_one_analysed_plan(
+    spark: SparkSession, how: str
+) -> None:
+    """NULL grouping keys match each other; the rows are the left side's columns
+    and the right side's others, from one plan whose analysis made no
+    projection below the join (no renamed keys dropped again)."""
+    rng = random.Random(3)
+    left_rows, right_rows = _rows(rng, 60), _rows(rng, 20)
+    left = spark.createDataFrame(left_rows, DATA)
+    right = spark.createDataFrame(
+        [(a, b, v * 10) for a, b, v in right_rows], "a long, b string, w long"
+    )
+    joined = null_safe_join(left, right, ["a", "b"], how)
+
+    ws: dict[tuple[Any, ...], list[int]] = {}
+    for a, b, v in right_rows:
+        ws.setdefault((a, b), []).append(v * 10)
+    expected: Counter[tuple[Any, ...]] = Counter()
+    for row in left_rows:
+        found = ws.get(row[:2], [])
+        if how == "inner":
+            expected.update((*row, w) for w in found)
+        elif how == "left":
+            expected.update((*row, w) for w in found or [None])
+        elif (how == "left_semi") == bool(found):
+            expected[row] += 1
+    assert joined.columns == (["a", "b", "v"] if how.startswith("left_") else ["a", "b", "v", "w"])
+    assert _bag(joined) == expected
+    analysed = joined._jdf.queryExecution().analyzed().toString()
+    assert analysed.count("Project") <= 1, analysed

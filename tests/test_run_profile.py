@@ -279,7 +279,7 @@ def test_a_small_interval_computes_each_reduction_once_and_sorts_no_history(
 
     def recorded(trace: DeltaTrace, updates: DataFrame, distinct: bool = False) -> PlannedBatch:
         plan = batch_plan(trace, updates, distinct)
-        plans[trace.name] = plan.rows._jdf.queryExecution().executedPlan().toString()
+        plans[trace.name] = plan.frame()._jdf.queryExecution().executedPlan().toString()
         return plan
 
     monkeypatch.setattr(DeltaTrace, "batch_plan", recorded)

@@ -19,6 +19,8 @@ joins of a TPC-H query) ran out of memory where sorts would have spilled.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame
 
 from dd_etl.spark_driver import driver_for
@@ -34,11 +36,13 @@ def join(
     *,
     hash_right: bool = False,
     aliases: tuple[str, str] | None = None,
+    select: Sequence[str] | None = None,
 ) -> DataFrame:
     """``left`` joined with ``right`` on the SQL ``condition``, each side as the join
     should take it: in one partition if the session shuffles into one, and then
     with ``hash_right`` ``right`` (the smaller side, one the join type can build)
-    hashed. ``aliases`` name the sides for the condition and what reads the join."""
+    hashed. ``aliases`` name the sides for the condition, ``select`` and what
+    reads the join; ``select``, a SQL select list, its columns (default: all)."""
     one = _one_partition(left)
     return driver_for(left.sparkSession).join(
         left,
@@ -48,6 +52,7 @@ def join(
         one_partition=one,
         hash_right=one and hash_right,
         aliases=aliases,
+        select=select,
     )
 
 

@@ -162,6 +162,10 @@ def pandas_reduce(function: Callable[[Any], Any], schema: StructType) -> Reducer
     return reduce
 
 
+_SIDES = ("__left", "__right")
+"""The sides of a ``null_safe_join``, named for its condition and select list."""
+
+
 def null_safe_join(
     left: DataFrame,
     right: DataFrame,
@@ -170,17 +174,18 @@ def null_safe_join(
     hash_right: bool = True,
 ) -> DataFrame:
     """Join on ``key`` treating NULL as a value: grouping keys, unlike join keys, may
-    be NULL. ``right``, the side with the touched keys, is hashed (``partitions.join``)."""
-    renamed = [(quote(k), quote(f"__r_{k}")) for k in key]
-    kept = [quote(c) for c in right.columns if c not in key]
-    r = sql_text.select(right, [*[f"{k} AS {r}" for k, r in renamed], *kept])
-    # Renamed, each key column is one side's: no alias needed to name it. One
-    # group (no key): every row matches.
-    cond = " AND ".join(f"{k} <=> {r}" for k, r in renamed) or "TRUE"
-    joined = join(left, r, cond, how, hash_right=hash_right and bool(key))
-    if how in ("left_semi", "left_anti") or not key:
-        return joined  # no column of the right side's in the output
-    return joined.drop(*[f"__r_{k}" for k in key])
+    be NULL. ``right``, the side with the touched keys, is hashed (``partitions.join``).
+    The rows are ``left``'s columns and ``right``'s others, made by one analysed
+    plan: the sides named, not their keys renamed and dropped again."""
+    mine, theirs = (quote(side) for side in _SIDES)
+    # One group (no key): every row matches, with both sides' columns.
+    cond = " AND ".join(f"{mine}.{quote(k)} <=> {theirs}.{quote(k)}" for k in key) or "TRUE"
+    columns = None
+    if key and how not in ("left_semi", "left_anti"):
+        others = [f"{theirs}.{quote(c)}" for c in right.columns if c not in key]
+        columns = [f"{mine}.*", *others]
+    hashed = hash_right and bool(key)
+    return join(left, right, cond, how, hash_right=hashed, aliases=_SIDES, select=columns)
 
 
 def delta_reduce(

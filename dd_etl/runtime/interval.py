@@ -18,7 +18,6 @@ from typing import TypeGuard
 
 from pyspark.sql import DataFrame
 
-from dd_etl import sql_text
 from dd_etl.errors import InvariantViolation, PlanError
 from dd_etl.lattice import Antichain
 from dd_etl.plan import nodes as n
@@ -252,10 +251,12 @@ class Interval:
                 f"trace {trace.name} is at {trace.state.upper}, the run reads up to {self.upper}",
             )
         # only files that can hold the interval's times: the batches this run appended
-        df = trace.updates(
-            at=(self.upper - 1,), since=(self.lower,), placement=self.sizing.placement
+        return trace.updates(
+            at=(self.upper - 1,),
+            since=(self.lower,),
+            placement=self.sizing.placement,
+            columns=[*node.columns, TIME, DIFF],
         )
-        return sql_text.columns(df, [*node.columns, TIME, DIFF])
 
     def _changes(self, node: n.Node, start: int) -> DataFrame | None:
         """The changes a trace node appends from epoch ``start`` (its trace's upper)

@@ -82,12 +82,14 @@ class Driver(Protocol):
         one_partition: bool = False,
         hash_right: bool = False,
         aliases: tuple[str, str] | None = None,
+        select: Sequence[str] | None = None,
     ) -> DataFrame:
         """``left`` joined with ``right`` on the SQL ``condition``, as join type
         ``how``; with ``one_partition`` each side coalesced into one partition,
         with ``hash_right`` the right side hashed, with ``aliases`` the sides named
-        for the condition (and what reads the join): analysed once, where each of
-        those DataFrame calls would be analysed on its own."""
+        for the condition and ``select`` (a SQL select list: the joined rows'
+        columns, else all): analysed once, where each of those DataFrame calls
+        would be analysed on its own."""
         ...
 
     def expr(self, text: str) -> Column:

@@ -98,10 +98,11 @@ class ClassicDriver:
         one_partition: bool = False,
         hash_right: bool = False,
         aliases: tuple[str, str] | None = None,
+        select: Sequence[str] | None = None,
     ) -> DataFrame:
         """The join's logical plan built in the JVM, as ``Dataset.coalesce``,
-        ``hint``, ``alias`` and ``join`` build theirs, and analysed once (a
-        ``Dataset.join`` alone is analysed twice)."""
+        ``hint``, ``alias``, ``join`` and ``selectExpr`` build theirs, and analysed
+        once (a ``Dataset.join`` alone is analysed twice)."""
         jvm = self._jvm
         sides = [left._jdf.logicalPlan(), right._jdf.logicalPlan()]
         if one_partition:
@@ -118,13 +119,18 @@ class ClassicDriver:
                 alias(named(name, unqualified), p) for name, p in zip(aliases, sides, strict=True)
             ]
         session = self.spark._jsparkSession
-        parsed = session.sessionState().sqlParser().parseExpression(condition)
+        parser = session.sessionState().sqlParser()
+        parsed = parser.parseExpression(condition)
         join = _member(jvm, f"{_LOGICAL}.Join")(
             *sides,
             _member(jvm, "org.apache.spark.sql.catalyst.plans.JoinType.apply")(how),
             _member(jvm, "scala.Some")(parsed),
             _member(jvm, f"{_LOGICAL}.JoinHint.NONE")(),
         )
+        if select is not None:
+            # the select list as the parser makes it, over a placeholder table
+            listed = parser.parsePlan(f"SELECT {', '.join(select)} FROM t").projectList()
+            join = _member(jvm, f"{_LOGICAL}.Project")(listed, join)
         return DataFrame(_member(jvm, _OF_ROWS)(session, join), self.spark)
 
     def expr(self, text: str) -> Column:

@@ -80,6 +80,7 @@ class ConnectDriver:
         one_partition: bool = False,
         hash_right: bool = False,
         aliases: tuple[str, str] | None = None,
+        select: Sequence[str] | None = None,
     ) -> DataFrame:
         if one_partition:
             left, right = left.coalesce(1), right.coalesce(1)
@@ -87,7 +88,9 @@ class ConnectDriver:
             right = right.hint("shuffle_hash")
         if aliases is not None:
             left, right = left.alias(aliases[0]), right.alias(aliases[1])
-        return left.join(right, F.expr(condition), how)  # a plan sent whole, analysed once
+        joined = left.join(right, F.expr(condition), how)
+        # a plan sent whole, analysed once
+        return joined if select is None else joined.selectExpr(*select)
 
     def expr(self, text: str) -> Column:
         return F.expr(text)

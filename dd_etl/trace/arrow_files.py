@@ -31,15 +31,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lattice import Time
-from dd_etl.local_relations import local_relation
 from dd_etl.trace import file_cache, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import KEY_HASH, time_columns
-from dd_etl.trace.slots import PART, slot, tagged_union
+from dd_etl.trace.slots import PART, Projected, slot, tagged_union
 from dd_etl.trace.state import TraceState
 
 DRIVER_KEPT_RECORDS = 250_000
@@ -58,29 +57,15 @@ def key_hashes(root: str, files: Sequence[DataFile], since: Time) -> list[int]:
     return sorted(hashes)
 
 
-def read_rows(
-    spark: SparkSession,
-    root: str,
-    state: TraceState,
-    files: Sequence[DataFile],
-    hashes: Sequence[int] | None = None,
-) -> DataFrame | None:
-    """The stored rows of ``files`` (only those whose key hash is one of ``hashes``,
-    when given) as a local relation; None when they are too many to hand over
-    (the caller then scans with Spark)."""
-    table = read_table(root, state, files, hashes)
-    if table is None:
-        return None
-    return local_relation(spark, table, spark_files.stored_schema(state))
-
-
 def read_table(
     root: str,
     state: TraceState,
     files: Sequence[DataFile],
     hashes: Sequence[int] | None = None,
 ) -> pa.Table | None:
-    """``read_rows`` as the Arrow table the driver holds."""
+    """The stored rows of ``files`` (only those whose key hash is one of ``hashes``,
+    when given) as the Arrow table the driver holds; None when they are too many
+    to hold (the caller then scans with Spark)."""
     if hashes is None and sum(f.records for f in files) > DRIVER_KEPT_RECORDS:
         return None
     schema = spark_files.stored_schema(state)
@@ -103,7 +88,9 @@ def read_table(
 
 
 def collect_each(
-    dfs: Sequence[DataFrame], at_most: Sequence[int], tasks: Sequence[int] | None = None
+    dfs: Sequence[DataFrame | Projected],
+    at_most: Sequence[int],
+    tasks: Sequence[int] | None = None,
 ) -> list[pa.Table | None]:
     """The rows of each of ``dfs`` in the driver, in its order, or None for one with
     more rows than its ``at_most``: all in one Spark job (``slots.tagged_union``),
@@ -112,13 +99,14 @@ def collect_each(
     by one). Each DataFrame must be one partition (its order is kept)."""
     if not dfs:
         return []
-    limited = [df.limit(limit + 1) for df, limit in zip(dfs, at_most, strict=True)]
+    projected = [Projected.of(df) for df in dfs]
+    limited = [p.over(p.frame.limit(n + 1)) for p, n in zip(projected, at_most, strict=True)]
     union, placement = tagged_union(limited, tasks=tasks or [len(dfs)])
     table = union.toArrow()
     out: list[pa.Table | None] = []
-    for i, (df, limit, placed) in enumerate(zip(dfs, at_most, placement, strict=True)):
+    for i, (p, limit, placed) in enumerate(zip(limited, at_most, placement, strict=True)):
         part = table.filter(pc.equal(table.column(PART), i))
-        rows = part.select([slot(k) for k in placed]).rename_columns(df.columns)
+        rows = part.select([slot(k) for k in placed]).rename_columns(p.schema.fieldNames())
         out.append(rows if rows.num_rows <= limit else None)
     return out
 

@@ -127,7 +127,7 @@ def computed_together(
         with label:
             jobs = job_groups([writes[i].cost for i in ids], memory)
             count_grouped(len(jobs))
-            spark = planned[0].rows.sparkSession
+            spark = planned[0].session
             batches = _side_by_side(collect_batches, planned, jobs, memory, what, spark)
             for job, collected in zip(jobs, batches, strict=True):
                 for j, batch in zip(job.writes, collected, strict=True):

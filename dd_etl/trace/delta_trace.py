@@ -42,6 +42,7 @@ from dd_etl.trace.executor_writes import ExecutorBatch
 from dd_etl.trace.file_stats import column_bounds, hash_bounds
 from dd_etl.trace.hash_slices import LOWEST
 from dd_etl.trace.placement import BULK, DRIVER, Placement
+from dd_etl.trace.slots import Projected
 from dd_etl.trace.spine import HASH_SPACE, HashRange
 from dd_etl.trace.state import Merge, TraceState
 from dd_etl.trace.storage import Commit, Snapshot
@@ -92,10 +93,19 @@ class PlannedBatch:
     """A batch planned for the driver to hold (``plan_batch``): ``rows`` in the
     stored layout, in one partition, at most ``at_most`` of them taken."""
 
-    rows: DataFrame
+    rows: DataFrame | Projected
     at_most: int
     summed: bool  # Spark consolidated the rows already, else the driver does
     distinct: bool  # no two rows share data and time: nothing to sum
+
+    @property
+    def session(self) -> SparkSession:
+        rows = self.rows
+        return (rows.frame if isinstance(rows, Projected) else rows).sparkSession
+
+    def frame(self) -> DataFrame:
+        """The rows as one DataFrame, as Spark plans them within the union."""
+        return self.rows.selected() if isinstance(self.rows, Projected) else self.rows
 
     @staticmethod
     def as_they_are(rows: DataFrame, at_most: int) -> PlannedBatch:
@@ -109,9 +119,10 @@ class PlannedBatch:
 
 
 def plan_batch(
-    state: TraceState, stored: DataFrame, at_most: int, distinct: bool = False
+    state: TraceState, stored: DataFrame | Projected, at_most: int, distinct: bool = False
 ) -> PlannedBatch:
-    """``stored`` (the trace's stored layout) planned to be computed into the driver.
+    """``stored`` (the trace's stored layout, or updates with the SQL that makes
+    it) planned to be computed into the driver.
 
     The driver sums equal rows and sorts them once it holds them: the few thousand
     rows of a small interval cost Arrow a millisecond, while a hash aggregation
@@ -119,7 +130,14 @@ def plan_batch(
     prepare and run. Rows of nested types, which Arrow does not group, Spark
     consolidates."""
     if driver_merge.groupable(arrow_schema(spark_files.stored_schema(state))):
-        return PlannedBatch(stored.coalesce(1), at_most, summed=False, distinct=distinct)
+        one = (
+            stored.over(stored.frame.coalesce(1))
+            if isinstance(stored, Projected)
+            else stored.coalesce(1)
+        )
+        return PlannedBatch(one, at_most, summed=False, distinct=distinct)
+    if isinstance(stored, Projected):
+        stored = stored.selected()
     return PlannedBatch(spark_files.consolidate(stored, 1, distinct), at_most, True, distinct)
 
 
@@ -313,7 +331,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         """``updates`` planned as one file of this trace, to be computed into the
         driver's hands and appended as a ``CollectedBatch``; ``distinct`` ones need
         no summing (``Storage.write_batch``)."""
-        stored = spark_files.to_stored(self.state, updates)
+        stored = spark_files.stored_projection(self.state, updates)
         return plan_batch(self.state, stored, self.delta_storage.rows_per_file, distinct)
 
     def executor_batch(
@@ -344,9 +362,12 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         key_hashes: Sequence[int] | None = None,
         exact: bool = True,
         placement: Placement = BULK,
+        columns: Sequence[str] | None = None,
     ) -> DataFrame:
         """Stored updates (data, key hash, times, diff) at times ``≤ at`` and ``≥ since``,
-        optionally only of ``keys``, read as ``placement`` says.
+        optionally only of ``keys``, read as ``placement`` says; only ``columns`` of
+        them, in that order, if given (rows the driver reads, it selects and bounds
+        in time itself: a local relation, not a select and a filter over one).
 
         The times are bounded by choosing files by their time bounds, and by a
         filter only where a chosen file holds times on both sides of a bound (a
@@ -363,16 +384,26 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         files = self._files_between(at, since)
         bounded = _time_filter(files, at, since, self.state.dims)
         if keys is None or not self.state.key:
-            return _where(self._read(files, placement), bounded)
+            found = (
+                self._read_in_driver(files, None, at, since, columns) if placement.driver else None
+            )
+            if found is not None:
+                return _partitioned(found, placement)
+            return _selected(_where(_partitioned(self._scan(files), placement), bounded), columns)
         if key_hashes is None:
-            df = self._read(self._files_for_keys(files, keys, placement), placement)
+            df = _where(
+                self._read(self._files_for_keys(files, keys, placement), placement), bounded
+            )
         else:
             files = [f for f in files if _holds_any(f, key_hashes)]
-            found = self._read_in_driver(files, key_hashes)
-            if found is not None and not exact:
-                return _where(_partitioned(found, placement), bounded)
-            df = _partitioned(found if found is not None else self._scan(files), placement)
-        return self._of_keys(_where(df, bounded), keys, placement)
+            found = self._read_in_driver(files, key_hashes, at, since, None if exact else columns)
+            if found is None:
+                df = _where(_partitioned(self._scan(files), placement), bounded)
+            elif exact:
+                df = _partitioned(found, placement)
+            else:
+                return _partitioned(found, placement)
+        return _selected(self._of_keys(df, keys, placement), columns)
 
     def _of_keys(self, df: DataFrame, keys: DataFrame, placement: Placement) -> DataFrame:
         """The rows of ``df`` (of this trace's columns) whose key is one of ``keys``'."""
@@ -432,12 +463,27 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         return spark_files.read_files(self.spark, self.uri, self.state, files)
 
     def _read_in_driver(
-        self, files: Sequence[DataFile], key_hashes: Sequence[int] | None = None
+        self,
+        files: Sequence[DataFile],
+        key_hashes: Sequence[int] | None = None,
+        at: Time | None = None,
+        since: Time | None = None,
+        columns: Sequence[str] | None = None,
     ) -> DataFrame | None:
-        """The rows of ``files`` (of ``key_hashes`` only, if given) read in the
-        driver, or None when they are too many (``arrow_files.read_rows``)."""
+        """The rows of ``files`` (of ``key_hashes`` only, if given; at times ``≤ at``
+        and ``≥ since``; only ``columns``) read in the driver, or None when they are
+        too many (``arrow_files.read_table``)."""
+        stored = spark_files.stored_schema(self.state)
         with phase(LOOKUPS):
-            return arrow_files.read_rows(self.spark, self.uri, self.state, files, key_hashes)
+            table = arrow_files.read_table(self.uri, self.state, files, key_hashes)
+            if table is None:
+                return None
+            if at is not None or since is not None:
+                table = arrow_files.between(table, at, since)
+            if columns is not None:
+                table = table.select(list(columns))
+                stored = StructType([stored[c] for c in columns])
+            return local_relation(self.spark, table, stored)
 
     def read_at(
         self,
@@ -499,8 +545,14 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         for a reduction, which joins on the key and sums per key itself, it saves
         a join and an aggregate of every row read, over ``read_at``."""
         self._check_since(at)
-        updates = self.updates(keys, at, key_hashes=key_hashes, exact=False, placement=placement)
-        return self._data_and_diff(updates)
+        return self.updates(
+            keys,
+            at,
+            key_hashes=key_hashes,
+            exact=False,
+            placement=placement,
+            columns=[*self._data_columns, DIFF],
+        )
 
     def _check_since(self, at: Time | None) -> None:
         if at is not None and not self.state.since.less_equal_time(at):
@@ -622,6 +674,10 @@ def _partitioned(df: DataFrame, placement: Placement) -> DataFrame:
 
 def _where(df: DataFrame, condition: str | None) -> DataFrame:
     return df if condition is None else df.where(condition)
+
+
+def _selected(df: DataFrame, columns: Sequence[str] | None) -> DataFrame:
+    return df if columns is None else sql_text.columns(df, columns)
 
 
 def _may_hold_times_from(file: DataFile, since: Time, dims: int) -> bool:

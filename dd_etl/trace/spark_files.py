@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
 from dd_etl.lattice import Antichain
@@ -33,6 +33,7 @@ from dd_etl.trace.consolidation import consolidated
 from dd_etl.trace.errors import TraceError
 from dd_etl.trace.file_stats import make_stats
 from dd_etl.trace.hash_slices import LOWEST
+from dd_etl.trace.slots import Projected
 from dd_etl.trace.state import TraceState
 
 ROWS_PER_FILE = 250_000
@@ -74,6 +75,12 @@ def key_hash(key: Sequence[str]) -> str:
 
 def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
     """Check and order the columns of an update DataFrame as the trace stores them."""
+    return stored_projection(state, updates).selected()
+
+
+def stored_projection(state: TraceState, updates: DataFrame) -> Projected:
+    """``updates`` in the stored layout, as a projection still to be made, its
+    columns checked to be there."""
     expected = data_schema(state)
     times = time_columns(state.dims)
     missing = [c for c in [*expected.fieldNames(), *times, DIFF] if c not in updates.columns]
@@ -81,21 +88,11 @@ def to_stored(state: TraceState, updates: DataFrame) -> DataFrame:
         raise TraceError(f"trace {state.name!r}: updates lack columns {missing}")
     have = {f.name: f.dataType for f in updates.schema.fields}
     data = [
-        quote(f.name) if have[f.name] == f.dataType else _cast_as(f.name, f.dataType)
+        quote(f.name) if have[f.name] == f.dataType else cast(quote(f.name), f.dataType)
         for f in expected.fields
     ]
-    return sql_text.select(
-        updates,
-        [
-            *data,
-            f"{key_hash(state.key)} AS {quote(KEY_HASH)}",
-            *[_cast_as(c, LongType()) for c in [*times, DIFF]],
-        ],
-    )
-
-
-def _cast_as(name: str, kind: DataType) -> str:
-    return f"{cast(quote(name), kind)} AS {quote(name)}"
+    exprs = [*data, key_hash(state.key), *[cast(quote(c), LongType()) for c in [*times, DIFF]]]
+    return Projected(updates, tuple(exprs), stored_schema(state))
 
 
 def consolidate(
