@@ -13,6 +13,7 @@ from dd_etl.plan.graph import (
     keyed_by,
     keyed_leaves,
     layers,
+    passed_through,
     stateful,
     trace_key,
     traces_read,
@@ -119,6 +120,23 @@ def test_keyed_leaves_are_the_traces_a_linear_node_reads_keyed_alike() -> None:
     assert keyed_leaves(renamed, ["k"]) is None  # the key is computed, not passed
     assert keyed_leaves(g["f"], ["k", "v"]) is None  # its source is keyed by k alone
     assert keyed_leaves(g["a"], ["v"]) is None  # a trace keyed otherwise
+
+
+def test_keyed_leaves_follow_a_key_renamed_on_its_way() -> None:
+    """A semi-join names its probe's key afresh (``__semi0``): the column is still
+    the trace's key, hashed alike, and the join reads the trace under it."""
+    g = graph()
+    named = n.Select("p", (g["r"],), SCHEMA, named=(("__semi0", "k"),))
+    twice = n.Select("q", (n.Filter("f2", (named,), SCHEMA, predicate="TRUE"),), SCHEMA,
+                     named=(("j", "`__semi0`"),))  # fmt: skip
+    assert keyed_leaves(named, ["__semi0"]) == [g["r"]]
+    assert keyed_leaves(twice, ["j"]) == [g["r"]]
+    assert passed_through(twice) == {"j": "__semi0"}
+    swapped = n.Select("w", (g["r"],), SCHEMA, named=(("k", "v"), ("v", "k")))
+    assert keyed_leaves(swapped, ["v"]) == [g["r"]]  # v is the input's k
+    assert keyed_leaves(swapped, ["k"]) is None  # k is the input's v: not its key
+    both = n.Select("b", (g["r"],), SCHEMA, exprs=("k",), named=(("k2", "k"),))
+    assert keyed_leaves(both, ["k", "k2"]) is None  # one column twice is no trace's key
 
 
 def test_unique_keys_pass_projections_filters_and_joins_meeting_one_row_per_key() -> None:

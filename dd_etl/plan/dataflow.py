@@ -136,6 +136,16 @@ class Dataflow:
             )
         return self._arrangements[cache_key]
 
+    def keyed(self, node: n.Node, key: tuple[str, ...], in_loop: bool) -> n.Node:
+        """``node`` as an operator looking it up by ``key`` reads it: ``node`` itself
+        when it is a linear function of traces all keyed by those columns
+        (``keyed_leaves``), its history then read through theirs and a trace
+        saved; else, and in a loop (whose rounds read traces of their own), its
+        arrangement by ``key``."""
+        if not in_loop and keyed_leaves(node, key) is not None:
+            return node
+        return self.arrangement(node, key)
+
     def empty_updates(self, schema: StructType) -> DataFrame:
         """No updates of ``schema``; made once per schema, as building a collection
         infers each operator's schema from empty inputs. Spark knows it is empty
@@ -329,8 +339,9 @@ class Collection:
         right_columns: tuple[str, ...],
         null_safe: bool,
     ) -> Collection:
-        left = self.flow.arrangement(self.node, lk)
-        right = self.flow.arrangement(other.node, rk)
+        in_loop = reads_loop_variable(self.node) or reads_loop_variable(other.node)
+        left = self.flow.keyed(self.node, lk, in_loop)
+        right = self.flow.keyed(other.node, rk, in_loop)
         fields = [*self.node.schema.fields, *(other.node.schema[c] for c in right_columns)]
         schema = StructType(fields)
         params: dict[str, Any] = dict(
@@ -370,7 +381,9 @@ class Collection:
                 joined = joined.join(relations[lookup.relation], on=list(lookup.key))
             return joined.select(*output)
         lookups = tuple(dict.fromkeys(step for order in orders for step in order))
-        inputs = tuple(self.flow.arrangement(relations[lk.relation].node, lk.key) for lk in lookups)
+        inputs = tuple(
+            self.flow.keyed(relations[lk.relation].node, lk.key, False) for lk in lookups
+        )
         schema = StructType(
             [next(r.node.schema[c] for r in relations if c in r.columns) for c in output]
         )
@@ -431,12 +444,9 @@ class Collection:
         **params: Any,
     ) -> Collection:
         """``identity``: what stands for some ``params`` in the node id (a function's
-        fingerprint for the function). The input is arranged by ``key``, unless it
-        is a linear function of traces all keyed so (``keyed_leaves``) outside any
-        loop: the reduction then reads their histories, and a trace is saved.
+        fingerprint for the function); the input as ``Dataflow.keyed`` gives it.
         ``beside``: what a running window's rule reads besides its input."""
-        direct = keyed_leaves(self.node, key) is not None and not reads_loop_variable(self.node)
-        arranged = self.node if direct else self.flow.arrangement(self.node, key)
+        arranged = self.flow.keyed(self.node, key, reads_loop_variable(self.node))
         params.update(key=key, kind=kind, column=column)
         inputs = (arranged, *beside)
         named = node_id(kind, tuple(i.id for i in inputs), schema, **(params | (identity or {})))

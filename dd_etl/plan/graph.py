@@ -108,14 +108,9 @@ def unique_key(node: n.Node) -> tuple[str, ...] | None:
         return unique_key(node.inputs[0])
     if isinstance(node, n.Select):
         key = unique_key(node.inputs[0])
-        # (output column, the input column it only names, None if computed)
-        columns = [(referenced_column(e), referenced_column(e)) for e in node.exprs]
-        columns += [(c, referenced_column(e)) for c, e in node.named]
-        outputs = Counter(out for out, _ in columns)
         kept: dict[str, str] = {}  # input column -> an output column that is it
-        for out, read in columns:
-            if out is not None and read is not None and outputs[out] == 1:
-                kept.setdefault(read, out)
+        for out, read in passed_through(node).items():
+            kept.setdefault(read, out)
         if key is None or any(k not in kept for k in key):
             return None
         return tuple(kept[k] for k in key)
@@ -204,20 +199,35 @@ def keyed_by(node: n.Node, key: Sequence[str]) -> bool:
     return node.trace_name is not None and trace_key(node) == tuple(key)
 
 
+def passed_through(select: n.Select) -> dict[str, str]:
+    """The output columns of ``select`` that only name an input column, as it is or
+    renamed, each with that column (an output named twice is neither)."""
+    columns = [(referenced_column(e), referenced_column(e)) for e in select.exprs]
+    columns += [(c, referenced_column(e)) for c, e in select.named]
+    outputs = Counter(out for out, _ in columns)
+    return {
+        out: read
+        for out, read in columns
+        if out is not None and read is not None and outputs[out] == 1
+    }
+
+
 def keyed_leaves(node: n.Node, key: Sequence[str]) -> list[n.Node] | None:
-    """The traces ``node`` is a linear function of, when every one is keyed by
-    exactly ``key`` and every operator in between passes ``key``'s columns through
-    by name (``node`` itself, when its own trace is keyed so); None otherwise.
-    ``node``'s history for some keys is then that function of theirs, and the
-    keys its changes touch are those theirs touch."""
+    """The traces ``node`` is a linear function of, when every one is keyed by the
+    columns ``key`` names and every operator in between passes them through, as
+    they are or renamed (``node`` itself, when its own trace is keyed by ``key``);
+    None otherwise. ``node``'s history for some keys is then that function of
+    theirs (the keys renamed as the columns are), and the keys its changes touch
+    are those theirs touch: hashed alike, for a rename keeps a column's type."""
     if keyed_by(node, key):
         return [node]
     if node.trace_name is not None or not node.inputs:
         return None
     if isinstance(node, n.Select):
-        passed = {e for e in node.exprs if isinstance(e, str)}
+        passed = passed_through(node)
         if any(k not in passed for k in key):
             return None
+        key = [passed[k] for k in key]
     elif not isinstance(node, n.Filter | n.Concat | n.Negate | n.Consolidate):
         return None
     leaves: dict[str, n.Node] = {}

@@ -18,6 +18,7 @@ from typing import TypeGuard
 
 from pyspark.sql import DataFrame
 
+from dd_etl import sql_text
 from dd_etl.errors import InvariantViolation, PlanError
 from dd_etl.lattice import Antichain
 from dd_etl.plan import nodes as n
@@ -26,6 +27,7 @@ from dd_etl.plan.graph import (
     dependants,
     distinct_updates,
     memory_operators,
+    passed_through,
     traces_read,
 )
 from dd_etl.runtime.catalog import RunTarget
@@ -315,8 +317,9 @@ class Interval:
                 rule = linear_rule(node)
                 if rule is None:
                     raise PlanError(f"{type(node).__name__} keeps no trace to read history from")
+                inner = _keys_into(node, keys)
                 return rule.apply(
-                    node, lambda i: self.history(i, before, probes, accumulated)(keys)
+                    node, lambda i: self.history(i, before, probes, accumulated)(inner)
                 )
             trace = self.traces.trace(node)
             known = self._touched_hashes(probes, trace) if hashes is None else hashes
@@ -368,3 +371,14 @@ class Interval:
             return run.run(start, self.upper)
         finally:
             self.done.rounds.extend(run.rounds)
+
+
+def _keys_into(node: n.Node, keys: DataFrame) -> DataFrame:
+    """``keys`` named as ``node``'s input names them: a select may pass a key column
+    on renamed (``keyed_leaves``)."""
+    if not isinstance(node, n.Select):
+        return keys
+    passed = passed_through(node)
+    if all(out == read for out, read in passed.items()):
+        return keys
+    return sql_text.select(keys, [f"{quote(c)} AS {quote(passed.get(c, c))}" for c in keys.columns])

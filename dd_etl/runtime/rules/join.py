@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from dd_etl.operators.iterative import loop_join
 from dd_etl.operators.join import delta_join
 from dd_etl.plan import nodes as n
-from dd_etl.plan.graph import keyed_by
+from dd_etl.plan.graph import keyed_leaves
 from dd_etl.runtime.rules.rule import Rule
 from dd_etl.trace.columns import DIFF
 
@@ -25,12 +25,14 @@ class JoinRule(Rule[n.Join]):
     def changes(self, node: n.Join, interval: IntervalScope, start: int) -> DataFrame:
         left, right = node.inputs
         # each side's history read for the keys the other side's changes touch
-        probes = keyed_by(left, node.left_key) and keyed_by(right, node.right_key)
+        lefts, rights = keyed_leaves(left, node.left_key), keyed_leaves(right, node.right_key)
+        if lefts is None or rights is None:
+            lefts = rights = []
         return delta_join(
             interval.delta(left),
             interval.delta(right),
-            interval.history(left, probes=[right] if probes else []),
-            interval.history(right, probes=[left] if probes else []),
+            interval.history(left, probes=rights),
+            interval.history(right, probes=lefts),
             node.left_key,
             node.right_key,
             left.columns,
