@@ -169,7 +169,7 @@ def sequence(
         if epoch % args.maintain_every == 0:
             started = time.perf_counter()
             for path in find_traces(root / f"group_{group}"):
-                maintain(DeltaTrace(spark, str(path)), None, retention_hours=0)
+                maintain(DeltaTrace(spark, path), None, retention_hours=0)
             row["maintenance_seconds"] = round(time.perf_counter() - started, 3)
             row["loop_trace_records_after_maintenance"] = loop_records(rt)
         if epoch % args.scratch_every == 0:

@@ -139,9 +139,11 @@ def run(
             row["rewrite"] = _timed(partial(rewritten.commit, epoch, whole, True, {}))
             print(size, row, flush=True)
             per_epoch.append(row)
-        expected = _fingerprint(spark, rewritten.uri)
+        expected = _fingerprint(spark, rewritten.where.uri)
         for kind, table in incremental.items():
-            assert _fingerprint(spark, table.uri) == expected, f"{kind} differs from the rewrite"
+            assert _fingerprint(spark, table.where.uri) == expected, (
+                f"{kind} differs from the rewrite"
+            )
         results["sizes"][str(size)] = per_epoch
     return results
 

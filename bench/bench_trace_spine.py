@@ -287,7 +287,7 @@ def disk_usage(root: Path) -> dict[str, int]:
 
 
 def vacuum(run: Run, workload: Workload) -> dict[str, Any]:
-    root = Path(run.trace.uri)
+    root = run.trace.where.path
     before = disk_usage(root)
     started = time.perf_counter()
     removed = run.trace.vacuum(retention_hours=0)
@@ -340,7 +340,7 @@ def run_benchmark(spark: SparkSession, cfg: BenchConfig, root: Path) -> dict[str
             result = assemble(spark, cfg, runs, time.perf_counter() - started, {})
             write_json("trace_spine", result)
     vacuumed = vacuum(runs[0], workload)
-    disk = {run.name: disk_usage(Path(run.trace.uri)) for run in runs}
+    disk = {run.name: disk_usage(run.trace.where.path) for run in runs}
     result = assemble(
         spark,
         cfg,

@@ -20,7 +20,7 @@ Exit statuses (``dd-etl`` also exits 1 when ``verify`` finds a mismatch):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -136,6 +136,18 @@ class ConfigError(PipelineError):
         super().__init__("; ".join(p.located(self.file) for p in self.problems))
 
 
+class StoreError(PipelineError):
+    """An object store refused or failed a request, or lacks what dd_etl needs of
+    it: ``store`` names the place, the message what to change. A commit whose
+    outcome was in doubt was read back from the store first."""
+
+    exit_code = 5
+
+    def __init__(self, store: str, reason: str, fix: str) -> None:
+        self.store = store
+        super().__init__(f"the object store at {store} {reason}: {fix}")
+
+
 class SourceError(PipelineError):
     """A source's data cannot be taken in (unreadable files, values of the wrong type)."""
 
@@ -178,3 +190,14 @@ class PlanError(DdEtlError, ValueError):
 class NotDeterministic(PlanError):
     """An operator calls a function Spark marks non-deterministic: its rows
     could not be retracted by value."""
+
+
+def error_texts(error: BaseException) -> Iterator[str]:
+    """The texts of ``error`` and of the errors that caused it, outermost first:
+    where a library's error says what it is (a store's, a server's)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield str(current)
+        current = current.__cause__ or current.__context__

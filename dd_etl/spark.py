@@ -45,7 +45,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from dd_etl import delta_jars
+from dd_etl import delta_jars, s3_jars
 from dd_etl.errors import ConfigError, SparkUnavailable
 from dd_etl.jvm_archive import (
     archive_for,
@@ -140,6 +140,7 @@ class _Spark:
     quick = False  # a JVM this process starts compiles quickly (a server's)
     compiler: str | None = None  # how the running JVM compiles: "quick" or "full"
     movable = False  # the running command may still start over on another JVM
+    object_storage = False  # the running JVM has the jars of object stores
 
 
 def session(
@@ -147,17 +148,23 @@ def session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     remote: str | None = None,
+    *,
+    object_storage: bool = False,
 ) -> SparkSession:
     """Get or create the process's SparkSession: a client of the Spark Connect
     server at ``remote`` (or ``DD_ETL_SPARK_REMOTE``, whatever ``master`` says),
-    else on ``master`` (or ``DD_ETL_SPARK_MASTER``; local by default)."""
+    else on ``master`` (or ``DD_ETL_SPARK_MASTER``; local by default).
+    ``object_storage`` adds the jars of the ``s3a://`` filesystem (``s3_jars``)."""
     remote = remote or os.environ.get(REMOTE_ENV) or None
     if remote is not None:
         return _connect(remote, conf or {})
     # Python workers (for the few Python reductions) run this interpreter, with
     # the same packages, unless the deployment says otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    options = {**DEFAULT_CONF, **delta_jars.spark_options(), **(conf or {})}
+    jars = delta_jars.spark_options()
+    if object_storage:
+        jars = s3_jars.with_jars(jars)
+    options = {**DEFAULT_CONF, **jars, **(conf or {})}
     memory = driver_memory(options)
     if memory.chosen:
         options[DRIVER_MEMORY] = memory.value
@@ -168,9 +175,12 @@ def session(
     settings: Settings = (master, tuple(sorted((conf or {}).items())))
     if _starts_jvm():
         _Spark.started = settings
+        _Spark.object_storage = object_storage
         _Spark.compiler = "full"  # unless made quick below
     elif _Spark.must_match and settings != _Spark.started:
         raise SettingsDiffer(f"Spark runs with {_Spark.started}, asked for {settings}")
+    elif _Spark.must_match and object_storage and not _Spark.object_storage:
+        raise SettingsDiffer("Spark runs without the jars of object stores, asked for them")
     quiet = not os.environ.get(SPARK_LOGS_ENV)
     if quiet:
         _silence_error_loggers()

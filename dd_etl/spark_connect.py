@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dd_etl import delta_jars
+from dd_etl import delta_jars, s3_jars
 from dd_etl.spark import DEFAULT_CONF, DRIVER_GC
 from dd_etl.spark_memory import driver_memory as driver_memory_of
 
@@ -44,15 +44,21 @@ def server_command(
     conf: Mapping[str, str] | None = None,
     driver_memory: str | None = None,
     delta: bool = True,
+    *,
+    object_storage: bool = False,
 ) -> list[str]:
     """``spark-submit`` starting a Spark Connect server on ``port`` with Delta and
     dd_etl's settings (``conf`` added to them), and ``driver_memory`` (default:
     sized to the machine, as a pipeline's own Spark is). ``delta=False`` leaves
     out Delta's jars and extension, as a server started elsewhere may: dd_etl
-    must name what such a server lacks."""
+    must name what such a server lacks. ``object_storage`` adds the jars of the
+    ``s3a://`` filesystem (``s3_jars``)."""
+    jars = delta_jars.spark_options() if delta else {}
+    if object_storage:
+        jars = s3_jars.with_jars(jars)
     settings = {
         **DEFAULT_CONF,
-        **(delta_jars.spark_options() if delta else {}),
+        **jars,
         "spark.driver.extraJavaOptions": DRIVER_GC,
         "spark.connect.grpc.binding.port": str(port),
         "spark.sql.catalogImplementation": "in-memory",
@@ -75,11 +81,13 @@ def start(
     timeout: float = START_SECONDS,
     delta: bool = True,
     python: str | None = None,
+    *,
+    object_storage: bool = False,
 ) -> str:
     """Start a server in the background, its pid and log in ``state``; return its
     URL once it listens. Its Python workers (for ``mapInArrow``) run ``python``,
     else ``PYSPARK_PYTHON``, else this interpreter, with its packages; ``delta``
-    as ``server_command`` takes it."""
+    and ``object_storage`` as ``server_command`` takes them."""
     state.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
@@ -89,7 +97,7 @@ def start(
     log = state / "connect.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
-            server_command(port, master, conf, driver_memory, delta),
+            server_command(port, master, conf, driver_memory, delta, object_storage=object_storage),
             cwd=state,
             env=env,
             stdin=subprocess.DEVNULL,

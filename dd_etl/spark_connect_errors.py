@@ -12,9 +12,9 @@ errors that caused it, wherever the error surfaces.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-from dd_etl.errors import DdEtlError, SparkServerLacks
+from dd_etl.errors import DdEtlError, SparkServerLacks, error_texts
 
 DELTA_SIGNS = (
     # started without Delta's jars: its data source and classes are not found
@@ -57,7 +57,7 @@ def lacking(error: BaseException, server: str) -> SparkServerLacks | None:
     error carries them; an operation the server or client refuses only in an
     error dd_etl did not classify, since one it classified is that error's (a
     view's SQL using a feature Spark lacks is the view's to change)."""
-    texts = list(_texts(error))
+    texts = list(error_texts(error))
     delta = _found(DELTA_SIGNS, texts)
     if delta is not None:
         return SparkServerLacks(server, "Delta Lake", _no_delta(server, delta.group(0)))
@@ -108,16 +108,6 @@ def _unsupported(server: str, said: str) -> str:
         "spark.remote in its file, DD_ETL_SPARK_REMOTE unset), or on a server running "
         f"Spark {pyspark_version}, the version of dd_etl's PySpark"
     )
-
-
-def _texts(error: BaseException) -> Iterator[str]:
-    """The texts of ``error`` and of the errors that caused it, outermost first."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield str(current)
-        current = current.__cause__ or current.__context__
 
 
 def _found(signs: Sequence[re.Pattern[str]], texts: Sequence[str]) -> re.Match[str] | None:

@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 
 from dd_etl.server.identity import SERVER_ENV
 from dd_etl.spark import session
+from tests.support.s3_server import S3Server, started
 
 # Every ``dd-etl`` a test starts runs in its own process, as it did before servers:
 # a test of the server turns it on, with a directory of its own.
@@ -29,6 +30,7 @@ def spark() -> Iterator[SparkSession]:
     child_jvms = os.environ.pop(CHILD_JVMS)
     s = session(
         "dd_etl-tests",
+        object_storage=True,  # the tests on an S3 server share it too
         master="local[2]",
         conf={
             "spark.ui.enabled": "false",
@@ -40,3 +42,11 @@ def spark() -> Iterator[SparkSession]:
     os.environ[CHILD_JVMS] = child_jvms
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One S3 server (S3Proxy) for each test process's whole run, started for the
+    first test asking for it: a bucket per test keeps tests apart."""
+    with started() as server:
+        yield server

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.lake import Location
 from dd_etl.spark import SPARK_LOGS_ENV
 from dd_etl.trace import delta_log, spark_files
 from dd_etl.trace.state import TraceState
@@ -40,7 +41,7 @@ def dd_etl(*args: str) -> subprocess.CompletedProcess[str]:
 def test_spark_start_up_lines_show_only_under_debug(tmp_path: Path) -> None:
     state = TraceState.new("t", 1, ("k",), StructType([StructField("k", LongType())]).json())
     trace = str(tmp_path / "t")
-    delta_log.create(trace, state, to_arrow_schema(spark_files.stored_schema(state)))
+    delta_log.create(Location.of(trace), state, to_arrow_schema(spark_files.stored_schema(state)))
 
     quiet = dd_etl("trace", "compact", trace)  # opens the trace on a new SparkSession
     assert quiet.returncode == 0, quiet.stderr

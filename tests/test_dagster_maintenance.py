@@ -53,7 +53,8 @@ def test_maintenance_job_merges_and_vacuums_every_trace(
         assert len(trace.state.batches) == settled
         assert trace.state.next_merge() is None
         on_disk = {
-            p.relative_to(trace.uri).as_posix() for p in Path(trace.uri, "data").rglob("*.parquet")
+            p.relative_to(trace.where.path).as_posix()
+            for p in (trace.where.path / "data").rglob("*.parquet")
         }
         assert on_disk == {f.path for f in trace.files()}
     assert contents(a.read_at((4,))) == before

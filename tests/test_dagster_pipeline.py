@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.dagster.runs import failures
 from dd_etl.errors import DdEtlError, InvariantViolation
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline import open_pipeline
 from dd_etl.pipeline.lock import TickRunning, tick_lock
@@ -99,7 +100,7 @@ def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
         assert all(checks(result).values()) and len(checks(result)) == 6
         for view in ("by_pc", "zoned"):
             assert view_rows(spark, pipeline, view) == oracle(tmp_path, view), (epoch, view)
-        tick_record = last_tick(tmp_path / "warehouse")
+        tick_record = last_tick(Location.of(tmp_path / "warehouse"))
         assert tick_record is not None and tick_record.epoch == epoch
 
     # A run of part of the pipeline: trips and the view reading only trips move on
@@ -109,7 +110,7 @@ def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
     assert part.success
     assert set(materializations(part)) == {TRIPS, BY_PC}
     assert view_rows(spark, pipeline, "by_pc") == oracle(tmp_path, "by_pc")
-    tick_record = last_tick(tmp_path / "warehouse")
+    tick_record = last_tick(Location.of(tmp_path / "warehouse"))
     assert tick_record is not None and tick_record.epoch == 2
     rest = tick.execute_in_process(instance=instance)
     meta = materializations(rest)
@@ -117,7 +118,7 @@ def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
     assert meta[ZONES_KEY]["epoch"] == 3 and meta[ZONED]["epochs"] == "3..3"
     assert meta[BY_PC]["epochs"] == "none (up to date)"
     assert view_rows(spark, pipeline, "zoned") == oracle(tmp_path, "zoned")
-    tick_record = last_tick(tmp_path / "warehouse")
+    tick_record = last_tick(Location.of(tmp_path / "warehouse"))
     assert tick_record is not None and tick_record.epoch == 3
     table = DeltaTable(str(tmp_path / "out" / "by_pc"))
     assert bag(table.to_pyarrow_table().to_pylist()) == oracle(tmp_path, "by_pc")

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain
 from dd_etl.runtime.sizing import applied, medium
 from dd_etl.trace import arrow_files, delta_log, delta_trace, spark_files
@@ -105,7 +106,7 @@ def test_delta_trace_matches_the_model_through_appends_holds_and_merges(
         assert delta.size() == sum(latest.values())
         assert_first_rows(delta, latest, limit=3)
     # the size and the first rows are read in the driver: a trace with no Spark
-    driverless = DeltaTrace(None, delta.uri)  # type: ignore[arg-type]
+    driverless = DeltaTrace(None, delta.where)  # type: ignore[arg-type]
     assert driverless.size() == delta.size()
     first = driverless.first_rows(3)
     assert first is not None and first.equals(delta.first_rows(3))
@@ -161,7 +162,7 @@ def test_first_rows_leave_nested_columns_to_spark(spark: SparkSession, tmp_path:
 def assert_descriptions_hold(spark: SparkSession, trace: DeltaTrace) -> None:
     """Invariant 1 (descriptions), read off the stored files of every batch."""
     for b in trace.state.batches:
-        df = spark_files.read_files(spark, trace.uri, trace.state, trace.files([b.id]))
+        df = spark_files.read_files(spark, trace.where, trace.state, trace.files([b.id]))
         for row in df.select("_time").distinct().collect():
             assert b.description.admits((row["_time"],)), (b.description, row)
 
@@ -176,10 +177,10 @@ def test_spine_is_recovered_from_the_delta_log_alone(spark: SparkSession, tmp_pa
     trace.exert(3)  # leave a merge in progress
     assert trace.state.merges
     # No Spark at all: the state and file list come from the Delta log.
-    recovered = Trace(DeltaStorage(None, str(tmp_path / "t")))  # type: ignore[arg-type]
+    recovered = Trace(DeltaStorage(None, Location.of(tmp_path / "t")))  # type: ignore[arg-type]
     assert recovered.state == trace.state
     assert recovered.snapshot.files == trace.snapshot.files
-    assert delta_log.load(str(tmp_path / "t")).version == trace.snapshot.version
+    assert delta_log.load(Location.of(tmp_path / "t")).version == trace.snapshot.version
 
 
 def test_a_merge_of_few_records_needs_no_spark(spark: SparkSession, tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_a_merge_of_few_records_needs_no_spark(spark: SparkSession, tmp_path: Pa
     for epoch, rows in enumerate(epochs):
         trace.compare_and_append(frame(spark, rows), e(epoch), e(epoch + 1))
     reader.downgrade(e(3), e(3))
-    driver_only = Trace(DeltaStorage(None, str(tmp_path / "t")))  # type: ignore[arg-type]
+    driver_only = Trace(DeltaStorage(None, Location.of(tmp_path / "t")))  # type: ignore[arg-type]
     assert driver_only.exert(None) > 0
     assert not driver_only.state.merges
     merged, last = driver_only.state.batches

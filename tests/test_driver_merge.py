@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain, advance_by
 from dd_etl.trace import driver_merge, spark_files
 from dd_etl.trace.batch import DataFile
@@ -81,7 +82,7 @@ def spark_merge(
     spark: SparkSession, root: Path, files: list[DataFile], since: Antichain
 ) -> pa.Table:
     trace = state()
-    df = spark_files.read_files(spark, str(root), trace, files)
+    df = spark_files.read_files(spark, Location.of(root), trace, files)
     return spark_files.consolidate(spark_files.advance_times(df, 1, since), 1).toArrow()
 
 
@@ -103,7 +104,7 @@ def test_a_driver_merge_equals_sparks(
     root = tmp_path_factory.mktemp("merge")
     files = write(spark, root, updates)
     frontier = Antichain.from_epoch(since)
-    mine = driver_merge.merged(str(root), state(), files, WHOLE, frontier)
+    mine = driver_merge.merged(Location.of(root), state(), files, WHOLE, frontier)
     assert mine is not None
     theirs = spark_merge(spark, root, files, frontier)
     assert [(f.name, f.type) for f in mine.schema] == [(f.name, f.type) for f in theirs.schema]
@@ -136,21 +137,33 @@ def test_nested_columns_and_large_merges_are_left_to_spark(
     nested = TraceState.new(
         "t", 1, ("k",), StructType([*DATA.fields, StructField("xs", ArrayType(LongType()))]).json()
     )
-    assert driver_merge.merged(str(tmp_path), nested, [], WHOLE, Antichain.from_epoch(0)) is None
+    assert (
+        driver_merge.merged(Location.of(tmp_path), nested, [], WHOLE, Antichain.from_epoch(0))
+        is None
+    )
     many = [DataFile("data/f.parquet", 0, driver_merge.DRIVER_MERGED_RECORDS + 1, None)]
-    assert driver_merge.merged(str(tmp_path), state(), many, WHOLE, Antichain.from_epoch(0)) is None
+    assert (
+        driver_merge.merged(Location.of(tmp_path), state(), many, WHOLE, Antichain.from_epoch(0))
+        is None
+    )
 
 
 def test_only_the_slice_of_the_hash_space_is_merged(spark: SparkSession, tmp_path: Path) -> None:
     files = write(spark, tmp_path, [(k, 1.0, "a", None, None, None, 0, 1) for k in range(20)])
-    every = driver_merge.merged(str(tmp_path), state(), files, WHOLE, Antichain.from_epoch(0))
+    every = driver_merge.merged(
+        Location.of(tmp_path), state(), files, WHOLE, Antichain.from_epoch(0)
+    )
     assert every is not None
     middle = sorted(every.column(KEY_HASH).to_pylist())[10]
     lower = driver_merge.merged(
-        str(tmp_path), state(), files, HashRange(-(1 << 63), middle), Antichain.from_epoch(0)
+        Location.of(tmp_path),
+        state(),
+        files,
+        HashRange(-(1 << 63), middle),
+        Antichain.from_epoch(0),
     )
     upper = driver_merge.merged(
-        str(tmp_path), state(), files, HashRange(middle, 1 << 63), Antichain.from_epoch(0)
+        Location.of(tmp_path), state(), files, HashRange(middle, 1 << 63), Antichain.from_epoch(0)
     )
     assert lower is not None and upper is not None
     assert lower.num_rows == 10 and upper.num_rows == 10

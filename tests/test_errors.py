@@ -21,6 +21,7 @@ from dd_etl.errors import (
     PlanError,
     SourceError,
 )
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain
 from dd_etl.trace import delta_log
 from dd_etl.trace.audit import audit
@@ -120,7 +121,7 @@ def test_since_past_a_hold_is_an_internal_error() -> None:
 
 
 def test_the_audit_reports_a_broken_state_from_the_log(tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
+    uri = Location.of(tmp_path / "t")
     delta_log.create(uri, broken_state(), pa.schema([("k", pa.int64())]))
     report = audit(uri)
     assert not report.ok

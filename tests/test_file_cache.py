@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dd_etl.lake import Location
 from dd_etl.trace.file_cache import FileCache
 
 
@@ -22,28 +23,28 @@ def test_a_file_read_once_is_served_from_memory(tmp_path: Path) -> None:
     cache = FileCache()
     path = tmp_path / "a.parquet"
     table = _file(path, 1, 2, 3)
-    assert cache.read(path, ["k", "v"]).equals(table)
+    assert cache.read(Location.of(path), ["k", "v"]).equals(table)
     path.unlink()  # a batch file never changes: the copy is the file
-    assert cache.read(path, ["k", "v"]).equals(table)
-    assert cache.read(path, ["v"]).equals(table.select(["v"]))
+    assert cache.read(Location.of(path), ["k", "v"]).equals(table)
+    assert cache.read(Location.of(path), ["v"]).equals(table.select(["v"]))
 
 
 def test_a_read_of_columns_not_kept_reads_the_file(tmp_path: Path) -> None:
     cache = FileCache()
     path = tmp_path / "a.parquet"
     table = _file(path, 1, 2)
-    cache.read(path, ["k"])
-    assert cache.read(path, ["k", "v"]).equals(table)
+    cache.read(Location.of(path), ["k"])
+    assert cache.read(Location.of(path), ["k", "v"]).equals(table)
     path.unlink()
-    assert cache.read(path, ["k", "v"]).equals(table)  # the wider read is kept now
+    assert cache.read(Location.of(path), ["k", "v"]).equals(table)  # the wider read is kept now
 
 
 def test_a_written_file_is_kept_without_reading_it(tmp_path: Path) -> None:
     cache = FileCache()
     path = tmp_path / "never-written.parquet"
     table = pa.table({"k": pa.array([7], pa.int64())})
-    cache.keep(path, table)
-    assert cache.read(path, ["k"]).equals(table)
+    cache.keep(Location.of(path), table)
+    assert cache.read(Location.of(path), ["k"]).equals(table)
 
 
 def test_the_least_recently_used_files_go_first(tmp_path: Path) -> None:
@@ -51,13 +52,13 @@ def test_the_least_recently_used_files_go_first(tmp_path: Path) -> None:
     tables = [_file(p, *range(i * 100, i * 100 + 100)) for i, p in enumerate(paths)]
     size = pq.read_table(paths[0]).nbytes
     cache = FileCache(budget=size * 5 // 2, largest=size)  # room for two
-    cache.read(paths[0], ["k", "v"])
-    cache.read(paths[1], ["k", "v"])
-    cache.read(paths[0], ["k", "v"])  # used again: now the newest
-    cache.read(paths[2], ["k", "v"])  # pushes out the oldest, the second file
+    cache.read(Location.of(paths[0]), ["k", "v"])
+    cache.read(Location.of(paths[1]), ["k", "v"])
+    cache.read(Location.of(paths[0]), ["k", "v"])  # used again: now the newest
+    cache.read(Location.of(paths[2]), ["k", "v"])  # pushes out the oldest, the second file
     for p in paths:
         p.unlink()
-    assert cache.read(paths[0], ["k", "v"]).equals(tables[0])
-    assert cache.read(paths[2], ["k", "v"]).equals(tables[2])
+    assert cache.read(Location.of(paths[0]), ["k", "v"]).equals(tables[0])
+    assert cache.read(Location.of(paths[2]), ["k", "v"]).equals(tables[2])
     with pytest.raises(FileNotFoundError):
-        cache.read(paths[1], ["k", "v"])
+        cache.read(Location.of(paths[1]), ["k", "v"])

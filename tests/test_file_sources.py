@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from dd_etl.lake import Location
+from dd_etl.lake.objects import listing
 from dd_etl.sources.files import footer_schema, rewritten_files, stamp_of
 
 pytestmark = pytest.mark.spark
@@ -41,7 +43,7 @@ def test_a_footer_gives_the_schema_spark_infers(spark: SparkSession, tmp_path: P
     )
     path = tmp_path / "plain.parquet"
     pq.write_table(table.cast(schema), path)
-    assert footer_schema(str(path)) == spark.read.parquet(str(path)).schema
+    assert footer_schema(Location.of(path)) == spark.read.parquet(str(path)).schema
 
 
 @pytest.mark.parametrize(
@@ -55,18 +57,19 @@ def test_a_footer_gives_the_schema_spark_infers(spark: SparkSession, tmp_path: P
 def test_other_types_are_left_to_spark(tmp_path: Path, column: pa.Array) -> None:
     path = tmp_path / "other.parquet"
     pq.write_table(pa.table({"x": column}), path)
-    assert footer_schema(str(path)) is None
+    assert footer_schema(Location.of(path)) is None
 
 
 def test_a_file_is_rewritten_when_its_size_or_modification_time_changed(tmp_path: Path) -> None:
     for name in ("same.csv", "touched.csv", "longer.csv", "sized.csv"):
         (tmp_path / name).write_text("id\n1\n")
-    read = {name: stamp_of(tmp_path / name) for name in ("same.csv", "touched.csv", "longer.csv")}
+    stamps = {o.name: stamp_of(o) for o in listing(Location.of(tmp_path))}
+    read = {name: stamps[name] for name in ("same.csv", "touched.csv", "longer.csv")}
     read["sized.csv"] = 5  # a position of an earlier dd_etl: the size alone
     read["gone.csv"] = [5, 0]  # gone, not rewritten: restate and verify look for that
     seconds = (tmp_path / "touched.csv").stat().st_mtime
     os.utime(tmp_path / "touched.csv", (seconds + 1, seconds + 1))
     (tmp_path / "longer.csv").write_text("id\n12\n")
     os.utime(tmp_path / "sized.csv", (seconds + 1, seconds + 1))
-    listing = {p.name: stamp_of(p) for p in tmp_path.iterdir()}
-    assert rewritten_files(read, listing) == ["longer.csv", "touched.csv"]
+    now = {o.name: stamp_of(o) for o in listing(Location.of(tmp_path))}
+    assert rewritten_files(read, now) == ["longer.csv", "touched.csv"]

@@ -76,7 +76,7 @@ def test_opening_a_pipeline_again_asks_spark_for_no_schema(
     views = ManyViews(tmp_path, 24)
     file = views.pipeline()
     first = open_pipeline(file, spark)
-    saved = json.loads((first.warehouse / INFERRED_SCHEMAS_FILE).read_text())
+    saved = json.loads((first.warehouse.path / INFERRED_SCHEMAS_FILE).read_text())
     assert len(saved["schemas"]) > 100
 
     def asked(*_: object) -> None:
@@ -88,4 +88,4 @@ def test_opening_a_pipeline_again_asks_spark_for_no_schema(
     assert {v: again.flow.views[v].id for v in views.view_names} == {
         v: first.flow.views[v].id for v in views.view_names
     }
-    assert json.loads((first.warehouse / INFERRED_SCHEMAS_FILE).read_text()) == saved
+    assert json.loads((first.warehouse.path / INFERRED_SCHEMAS_FILE).read_text()) == saved

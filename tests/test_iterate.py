@@ -301,7 +301,7 @@ def test_loop_history_is_compacted_across_epochs(spark: SparkSession, tmp_path: 
         assert trace.state.since == Antichain.of((6, 0))
         merged = [b.id for b in trace.state.batches if b.description.since == trace.state.since]
         assert merged, "maintenance merged the epochs' batches"
-        rows = read_files(spark, trace.uri, trace.state, trace.files(merged)).collect()
+        rows = read_files(spark, trace.where, trace.state, trace.files(merged)).collect()
         assert {r["_time"] for r in rows} == {6}
         width = len(node.columns)
         assert Counter((r["_time1"], *tuple(r)[:width]) for r in rows).most_common(1)[0][1] == 1

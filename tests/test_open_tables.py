@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from dd_etl.lake import Location
 from dd_etl.trace.open_tables import OpenTables, commit_stamp, latest_at
 
 
@@ -16,10 +17,10 @@ def _rows(*values: int) -> pa.Table:
     return pa.table({"v": pa.array(values, pa.int64())})
 
 
-def _opener(opened: list[str]) -> OpenTables:
-    def open_table(uri: str) -> DeltaTable:
-        opened.append(uri)
-        return DeltaTable(uri)
+def _opener(opened: list[Location]) -> OpenTables:
+    def open_table(where: Location) -> DeltaTable:
+        opened.append(where)
+        return DeltaTable(where.uri)
 
     return OpenTables(open_table)
 
@@ -29,13 +30,13 @@ def _values(table: DeltaTable) -> list[int]:
 
 
 def test_a_kept_table_sees_commits_made_elsewhere_without_opening_again(tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    write_deltalake(uri, _rows(1))
-    opened: list[str] = []
+    uri = Location.of(tmp_path / "t")
+    write_deltalake(uri.uri, _rows(1))
+    opened: list[Location] = []
     tables = _opener(opened)
     with tables.latest(uri) as first:
         assert _values(first) == [1]
-    write_deltalake(uri, _rows(2), mode="append")  # another writer
+    write_deltalake(uri.uri, _rows(2), mode="append")  # another writer
     with tables.latest(uri) as second:
         assert second is first
         assert second.version() == 1
@@ -44,9 +45,9 @@ def test_a_kept_table_sees_commits_made_elsewhere_without_opening_again(tmp_path
 
 
 def test_a_commit_uses_the_kept_table_only_at_its_version(tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    write_deltalake(uri, _rows(1))
-    opened: list[str] = []
+    uri = Location.of(tmp_path / "t")
+    write_deltalake(uri.uri, _rows(1))
+    opened: list[Location] = []
     tables = _opener(opened)
     with tables.latest(uri) as table:
         pass
@@ -65,13 +66,13 @@ def test_a_commit_uses_the_kept_table_only_at_its_version(tmp_path: Path) -> Non
 def test_a_commit_after_others_brings_the_kept_table_along_without_opening_it(
     tmp_path: Path,
 ) -> None:
-    uri = str(tmp_path / "t")
-    write_deltalake(uri, _rows(1))
-    opened: list[str] = []
+    uri = Location.of(tmp_path / "t")
+    write_deltalake(uri.uri, _rows(1))
+    opened: list[Location] = []
     tables = _opener(opened)
     with tables.latest(uri) as table:
         pass
-    write_deltalake(uri, _rows(2), mode="append")  # a commit the kept table did not follow
+    write_deltalake(uri.uri, _rows(2), mode="append")  # a commit the kept table did not follow
     with tables.at(uri, 1) as kept:
         assert kept is table
         assert kept.version() == 1
@@ -80,30 +81,29 @@ def test_a_commit_after_others_brings_the_kept_table_along_without_opening_it(
 
 
 def test_the_latest_version_is_told_by_its_commit_file(tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    write_deltalake(uri, _rows(1))
+    uri = Location.of(tmp_path / "t")
+    write_deltalake(uri.uri, _rows(1))
     stamp = commit_stamp(uri, 0)
     assert stamp is not None
     assert latest_at(uri, 0, stamp)
-    write_deltalake(uri, _rows(2), mode="append")
+    write_deltalake(uri.uri, _rows(2), mode="append")
     assert not latest_at(uri, 0, stamp)  # a commit followed
-    shutil.rmtree(uri)  # dropped and created again at the same version
-    write_deltalake(uri, _rows(3, 4))
+    shutil.rmtree(uri.path)  # dropped and created again at the same version
+    write_deltalake(uri.uri, _rows(3, 4))
     assert not latest_at(uri, 0, stamp)
-    assert not latest_at("s3://bucket/t", 0, stamp)  # only local logs can be told
 
 
 def test_a_table_created_again_is_opened_afresh(tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    write_deltalake(uri, _rows(1))
-    write_deltalake(uri, _rows(2), mode="append")
-    opened: list[str] = []
+    uri = Location.of(tmp_path / "t")
+    write_deltalake(uri.uri, _rows(1))
+    write_deltalake(uri.uri, _rows(2), mode="append")
+    opened: list[Location] = []
     tables = _opener(opened)
     with tables.latest(uri):
         pass
-    shutil.rmtree(uri)  # dropped and created again, now one commit behind
-    write_deltalake(uri, _rows(7))
-    write_deltalake(uri, _rows(8), mode="append")
+    shutil.rmtree(uri.path)  # dropped and created again, now one commit behind
+    write_deltalake(uri.uri, _rows(7))
+    write_deltalake(uri.uri, _rows(8), mode="append")
     with tables.latest(uri) as table:
         assert _values(table) == [7, 8]
     assert opened == [uri, uri]

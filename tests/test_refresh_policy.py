@@ -130,7 +130,7 @@ def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Pa
             mine = private_state(flow, auto, recomputed), private_state(flow, full, recomputed)
             assert all(mine), "the recomputed views have operator state of their own"
             dropped = [*mine[0], *mine[1]]
-            assert not any((flow.warehouse / str(x.trace_name)).exists() for x in dropped)
+            assert not any((flow.warehouse.path / str(x.trace_name)).exists() for x in dropped)
             shared = [x for x in rt.stateful_nodes(["incremental_agg"]) if x.inputs]
             assert all(rt.trace(x).reload().upper.epoch_bound() == 4 for x in shared)
             maintain_warehouse(spark, flow.warehouse, fuel=None, retention_hours=0)
@@ -151,7 +151,7 @@ def test_views_equal_duckdb_under_every_policy(spark: SparkSession, tmp_path: Pa
     # new, a run does nothing.
     full_state = private_state(flow, flow.views["full_agg"], {"full_agg"})
     assert full_state
-    assert not any((flow.warehouse / str(x.trace_name)).exists() for x in full_state)
+    assert not any((flow.warehouse.path / str(x.trace_name)).exists() for x in full_state)
     assert rt.run().epochs == 0
     sql = {name: query for name, (query, _) in VIEWS.items()}
     expected = duckdb_results(history, DUCKDB_TABLES, sql)

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain
 from dd_etl.operators import driver_extremes
 from dd_etl.plan import Dataflow
@@ -209,7 +210,7 @@ def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: P
     nodes = rt.stateful_nodes()
 
     def versions() -> dict[str, int]:
-        return {str(x.trace_name): DeltaTable(rt.trace(x).uri).version() for x in nodes}
+        return {str(x.trace_name): DeltaTable(rt.trace(x).where.uri).version() for x in nodes}
 
     zones_only = {
         str(x.trace_name)
@@ -218,14 +219,14 @@ def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: P
     }
     assert "views/boroughs" in zones_only  # and the DISTINCT below it
     warehouse = tmp_path / "warehouse"
-    recorded = deferred_log.read(warehouse).version
+    recorded = deferred_log.read(Location.of(warehouse)).version
     before = versions()
     rt.run()
     after = versions()
     assert {t: after[t] - before[t] for t in before} == {
         t: 0 if t in zones_only else 1 for t in before
     }
-    assert deferred_log.read(warehouse).version == recorded + 1
+    assert deferred_log.read(Location.of(warehouse)).version == recorded + 1
     # the sources, appended by no run, are released at its end; the others hold
     # where this run read their history, until the next run's appends; the
     # deferred one where its last commit left them
@@ -246,7 +247,7 @@ def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: P
     fresh.append_source("zones", spark.createDataFrame([(9, "Bronx")], ZONES), 2)
     fresh.run()
     assert all(fresh.trace(x).snapshot.state.upper == Antichain.from_epoch(3) for x in deferred)
-    assert not zones_only & set(deferred_log.read(warehouse).appends)
+    assert not zones_only & set(deferred_log.read(Location.of(warehouse)).appends)
 
 
 def test_traces_gathering_batches_cost_no_more_jobs(spark: SparkSession, tmp_path: Path) -> None:

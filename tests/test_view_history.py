@@ -38,7 +38,7 @@ def test_a_view_reads_every_past_epoch_after_its_spine_merged(
     view = rt.trace(rt.flow.views["kept"])
     # a view's trace as earlier versions registered it: retention held batch
     # boundaries at epoch 0 (remade here by another process of the same reader)
-    earlier = DeltaTrace(spark, view.uri)
+    earlier = DeltaTrace(spark, view.where)
     earlier.open_reader(RETENTION_READER).release()
     earlier.open_reader(RETENTION_READER, Antichain.from_epoch(0), Antichain.from_epoch(0))
     rt = runtime(spark, tmp_path)
@@ -78,7 +78,7 @@ def test_a_runtime_reads_what_others_committed_since_it_last_looked(
     assert rt.read("kept").count() == 4  # this runtime has now cached the view's state
     view = rt.trace(rt.flow.views["kept"])
 
-    report = maintain(DeltaTrace(spark, view.uri), None, retention_hours=0)
+    report = maintain(DeltaTrace(spark, view.where), None, retention_hours=0)
     assert report.batches_after < report.batches_before and report.files_removed > 0
     other = runtime(spark, tmp_path)
     other.append_source("rows", spark.createDataFrame([(4, 4, 1), (0, 0, -1)], CHANGES), 4)

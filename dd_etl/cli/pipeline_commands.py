@@ -296,7 +296,10 @@ def ui(
     from dd_etl.pipeline.config import load_config, warehouse_of
 
     loaded = load_config(pipeline)
-    home = Path(os.environ.get("DAGSTER_HOME") or warehouse_of(loaded) / "_dagster")
+    warehouse = warehouse_of(loaded)
+    # Dagster keeps its runs on a local disk: beside the traces when they are local
+    local = warehouse.path if warehouse.is_local else loaded.base / f".{loaded.config.name}"
+    home = Path(os.environ.get("DAGSTER_HOME") or local / "_dagster")
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()
     dagster = shutil.which("dagster") or str(Path(sys.executable).parent / "dagster")

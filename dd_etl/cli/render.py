@@ -23,6 +23,7 @@ from typer.exceptions import TyperException
 
 from dd_etl.cli.consoles import err
 from dd_etl.errors import INTERNAL_ERROR, DdEtlError
+from dd_etl.lake.failures import store_failure
 from dd_etl.spark_connect_errors import lacking
 from dd_etl.spark_memory import DRIVER_MEMORY, EXECUTOR_MEMORY, SparkOutOfMemory, exhausted
 
@@ -37,9 +38,9 @@ def fail(message: str, code: int) -> NoReturn:
 
 def render(error: Exception) -> NoReturn:
     """Exit the command because of ``error``, with the status its class gives; what
-    the Spark Connect server lacks, and Spark running out of memory where no step
-    caught it, are the user's to act on (status 3), any other error a bug, shown by
-    what caused it."""
+    the Spark Connect server lacks, an object store's failure and Spark running out
+    of memory where no step caught it, are the user's to act on, any other error a
+    bug, shown by what caused it."""
     if DEBUG["on"]:
         traceback.print_exception(error, file=sys.stderr)
     server = connect_server()
@@ -48,6 +49,9 @@ def render(error: Exception) -> NoReturn:
         fail(lacks.message, lacks.exit_code)
     if isinstance(error, DdEtlError):
         fail(error.message, error.exit_code)
+    store = store_failure(error)
+    if store is not None:
+        fail(store.message, store.exit_code)
     said = root_cause(str(error))
     sign = exhausted(error)
     if sign is not None:

@@ -4,8 +4,7 @@ without a pipeline file. Errors are raised, and rendered by the root command."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,18 +12,23 @@ from rich.table import Table
 from dd_etl.cli.consoles import out
 from dd_etl.cli.output import print_maintenance
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from dd_etl.lake import Location
+
 app = typer.Typer(no_args_is_help=True, help="Inspect and maintain one trace.")
 
 
 @app.command("status")
 def trace_status(
-    path: Path,
+    path: str,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Frontiers, reader holds, merges and batches of a trace, read from its Delta log."""
     from dd_etl.trace import delta_log
 
-    snapshot = delta_log.load(str(path))
+    snapshot = delta_log.load(_location(path))
     s = snapshot.state
     batches: list[dict[str, Any]] = [
         {
@@ -64,16 +68,16 @@ def trace_status(
 
 @app.command("compact")
 def trace_compact(
-    path: Path,
+    path: str,
     fuel: Annotated[
         int | None, typer.Option(help="Records of merge work to do (default: until settled).")
     ] = None,
 ) -> None:
     """Merge spine layers, advancing times to the trace's compaction frontier."""
-    from dd_etl.spark import session
     from dd_etl.trace.delta_trace import DeltaTrace
 
-    trace = DeltaTrace(session("dd_etl-compact"), str(path))
+    where = _location(path)
+    trace = DeltaTrace(_session("dd_etl-compact", where), where)
     before = len(trace.state.batches)
     spent = trace.exert(fuel)
     out.print(f"merged {spent} records of work: {before} → {len(trace.state.batches)} batches")
@@ -81,27 +85,43 @@ def trace_compact(
 
 @app.command("vacuum")
 def trace_vacuum(
-    path: Path,
+    path: str,
     retention_hours: Annotated[float, typer.Option(min=0)] = 24.0,
 ) -> None:
     """Delete files no reader can reach any more (merged away, or never committed)."""
-    from dd_etl.spark import session
     from dd_etl.trace.delta_trace import DeltaTrace
 
-    trace = DeltaTrace(session("dd_etl-vacuum"), str(path))
+    where = _location(path)
+    trace = DeltaTrace(_session("dd_etl-vacuum", where), where)
     removed = trace.vacuum(retention_hours)
     out.print(f"removed {len(removed)} files")
 
 
 @app.command("maintain")
 def trace_maintain(
-    warehouse: Path,
+    warehouse: str,
     fuel: Annotated[int | None, typer.Option(help="Records of merge work per trace.")] = None,
     retention_hours: Annotated[float, typer.Option(min=0)] = 24.0,
 ) -> None:
     """Merge and vacuum every trace under a warehouse root (what the Dagster job runs)."""
-    from dd_etl.spark import session
     from dd_etl.trace.maintenance import maintain_warehouse
 
-    reports = maintain_warehouse(session("dd_etl-maintain"), warehouse, fuel, retention_hours)
+    where = _location(warehouse)
+    reports = maintain_warehouse(_session("dd_etl-maintain", where), where, fuel, retention_hours)
     print_maintenance(reports, by_path=True)
+
+
+def _location(text: str) -> Location:
+    """A trace or warehouse named on the command line: a path, or a URI reached with
+    the standard AWS environment variables."""
+    from dd_etl.lake import Location, StoreOptions
+
+    return Location.of(text, StoreOptions.from_environment())
+
+
+def _session(name: str, where: Location) -> SparkSession:
+    from dd_etl.spark import session
+
+    spark = session(name, object_storage=not where.is_local)
+    where.configure(spark)
+    return spark

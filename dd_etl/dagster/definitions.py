@@ -16,6 +16,7 @@ from dd_etl.dagster.checks import cheap_check_specs, equivalence_results, equiva
 from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import failures, open_for
+from dd_etl.lake import Location, Where, as_location
 from dd_etl.pipeline.config import LoadedConfig, load_config, warehouse_of
 
 SAMPLE_ABOVE = 1_000_000
@@ -29,11 +30,12 @@ class MaintenanceConfig(dg.Config):
     """Files unreachable for this long are deleted."""
 
 
-def maintenance_job(warehouse: Path, name: str = "trace") -> dg.JobDefinition:
+def maintenance_job(warehouse: Where, name: str = "trace") -> dg.JobDefinition:
     """Merges spine layers (bounded by ``fuel``), advances each trace's ``since`` to
     the meet of its reader holds and vacuums dead files, for every trace under
     ``warehouse``. Not tagged with the pipeline: it never waits for ticks, nor
     they for it (merges and appends commit side by side)."""
+    where = as_location(warehouse)
 
     @dg.op(name=f"{identifier(name)}_maintain_traces")
     def maintain_traces(
@@ -41,9 +43,9 @@ def maintenance_job(warehouse: Path, name: str = "trace") -> dg.JobDefinition:
     ) -> dg.Output[int]:
         from dd_etl.trace.maintenance import maintain_warehouse
 
-        reports = maintain_warehouse(
-            spark.session(), warehouse, config.fuel, config.retention_hours
-        )
+        session = spark.session(object_storage=not where.is_local)
+        where.configure(session)
+        reports = maintain_warehouse(session, where, config.fuel, config.retention_hours)
         for r in reports:
             context.log.info(
                 f"{r.trace}: {r.batches_before} → {r.batches_after} batches, "
@@ -66,7 +68,7 @@ def maintenance_job(warehouse: Path, name: str = "trace") -> dg.JobDefinition:
 
 
 def maintenance_definitions(
-    warehouse: Path, cron_schedule: str = "17 * * * *", spark: SparkResource | None = None
+    warehouse: Where, cron_schedule: str = "17 * * * *", spark: SparkResource | None = None
 ) -> dg.Definitions:
     """Maintenance of every trace under ``warehouse``, on a schedule."""
     job = maintenance_job(warehouse)
@@ -121,7 +123,7 @@ def pipeline_definitions(
     jobs: list[TickJob] = []
     schedules: list[dg.ScheduleDefinition] = []
     sensors: list[dg.SensorDefinition] = []
-    warehouses: dict[Path, str] = {}
+    warehouses: dict[Location, str] = {}
     for file in files:
         loaded = load_config(file)
         name = loaded.config.name

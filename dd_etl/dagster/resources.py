@@ -28,12 +28,21 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         master: str | None = None,
         conf: Mapping[str, str] | None = None,
         remote: str | None = None,
+        *,
+        object_storage: bool = False,
     ) -> SparkSession:
         """The process's session (Spark keeps one per process: the first run's
-        settings hold for the steps after it)."""
+        settings hold for the steps after it); ``object_storage``: with the jars
+        that reach object stores."""
         from dd_etl.spark import session
 
         if self.remote or self.master:
             master, remote = self.master, self.remote
         conf = {**(conf or {}), **self.conf}
-        return session("dd_etl-dagster", master=master, conf=conf, remote=remote)
+        return session(
+            "dd_etl-dagster",
+            master=master,
+            conf=conf,
+            remote=remote,
+            object_storage=object_storage,
+        )

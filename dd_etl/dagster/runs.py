@@ -14,6 +14,7 @@ import dagster as dg
 
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.errors import DdEtlError
+from dd_etl.lake.failures import store_failure
 from dd_etl.pipeline.config import load_config
 from dd_etl.pipeline.progress import Progress
 
@@ -44,8 +45,12 @@ def open_for(file: Path, spark: SparkResource) -> Pipeline:
     """The pipeline on the resource's Spark (its own settings unless overridden)."""
     from dd_etl.pipeline.build import open_pipeline
 
-    settings = load_config(file).config.spark
-    return open_pipeline(file, spark.session(settings.master, settings.conf, settings.remote))
+    loaded = load_config(file)
+    settings = loaded.config.spark
+    session = spark.session(
+        settings.master, settings.conf, settings.remote, object_storage=loaded.object_storage
+    )
+    return open_pipeline(file, session)
 
 
 @contextmanager
@@ -58,6 +63,11 @@ def failures() -> Iterator[None]:
         yield
     except DdEtlError as e:
         raise failure(type(e).__name__, e.message, e.exit_code) from e
+    except Exception as e:
+        store = store_failure(e)
+        if store is None:
+            raise
+        raise failure(type(store).__name__, store.message, store.exit_code) from e
 
 
 def failure(kind: str, message: str, exit_code: int) -> dg.Failure:

@@ -21,6 +21,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from dd_etl.errors import ConfigError
+from dd_etl.lake import Location
+from dd_etl.lake.probe import reachable
 from dd_etl.pipeline.analysis import query_line_in_file, referenced_tables, view_order
 from dd_etl.pipeline.config import (
     LoadedConfig,
@@ -63,20 +65,22 @@ class Pipeline:
         return self.loaded.file
 
     @property
-    def warehouse(self) -> Path:
+    def warehouse(self) -> Location:
         return warehouse_of(self.loaded)
 
     def materialized(self, view: str) -> MaterializedView | None:
         sink = self.loaded.config.views[view].materialize
         if sink is None:
             return None
-        return MaterializedView(self.runtime, self.name, view, self.loaded.resolve(sink.path))
+        where = self.loaded.location(f"views.{view}.materialize.path", sink.path)
+        return MaterializedView(self.runtime, self.name, view, where)
 
     def change_feed(self, view: str) -> ChangeFeed | None:
         sink = self.loaded.config.views[view].changes
         if sink is None:
             return None
-        return ChangeFeed(self.runtime, self.name, view, self.loaded.resolve(sink.path))
+        where = self.loaded.location(f"views.{view}.changes.path", sink.path)
+        return ChangeFeed(self.runtime, self.name, view, where)
 
 
 def session_for(loaded: LoadedConfig) -> SparkSession:
@@ -84,7 +88,13 @@ def session_for(loaded: LoadedConfig) -> SparkSession:
 
     spark = loaded.config.spark
     name = f"dd_etl-{loaded.config.name}"
-    return session(name, master=spark.master, conf=spark.conf, remote=spark.remote)
+    return session(
+        name,
+        master=spark.master,
+        conf=spark.conf,
+        remote=spark.remote,
+        object_storage=loaded.object_storage,
+    )
 
 
 def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeline:
@@ -93,7 +103,10 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
     loaded = load_config(file)
     config = loaded.config
     order = view_order(loaded)
+    reachable(warehouse_of(loaded))  # before Spark starts: a store that says no says it fast
     spark = spark or session_for(loaded)
+    for where in loaded.locations():
+        where.configure(spark)
     warehouse = warehouse_of(loaded)
     schemas = InferredSchemas(warehouse / INFERRED_SCHEMAS_FILE, analysis_context(spark))
     flow = Dataflow(spark, warehouse, name=config.name, schemas=schemas)
@@ -123,10 +136,10 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
     return Pipeline(loaded, spark, flow, runtime, readers, tables)
 
 
-def known_schema(warehouse: Path, source: str) -> StructType | None:
+def known_schema(warehouse: Location, source: str) -> StructType | None:
     """The schema the source's trace was created with, if it exists."""
     try:
-        state = delta_log.load(str(warehouse / "sources" / source)).state
+        state = delta_log.load(warehouse / "sources" / source).state
     except TraceNotFound:
         return None
     return StructType.fromJson(json.loads(state.schema))
@@ -141,7 +154,7 @@ def make_reader(
 ) -> SourceReader:
     """The reader of source ``name``; a Delta source's change feed of at most
     ``driver_feed`` rows is read by the driver."""
-    path = loaded.resolve(source.path)
+    key = f"sources.{name}.path"
     pipeline = str(loaded.file)
     if source.format == "delta":
         if source.columns is not None:
@@ -150,9 +163,8 @@ def make_reader(
             spark,
             pipeline,
             name,
-            path,
+            loaded.location(key, source.path, source.storage_options),
             source.effective_mode,
-            dict(source.storage_options),
             driver_feed,
         )
     declared = None
@@ -169,7 +181,7 @@ def make_reader(
         spark,
         pipeline,
         name,
-        path,
+        loaded.location(key, source.path, source.storage_options),
         source.format,
         source.effective_mode,
         declared,

@@ -10,7 +10,9 @@
     compaction: {retain_epochs: 5}
     sizing: {small_records: 20000}   # optional: where a run's work happens
 
-Paths are relative to the file. ``${NAME}`` in any string is replaced by the
+Paths are relative to the file; a warehouse, a source or a sink may be an
+object-store URI instead (``s3://bucket/prefix``), reached with the file's
+``storage_options`` (``lake/options.py``). ``${NAME}`` in any string is replaced by the
 environment variable ``NAME`` (an error if unset); options whose name looks like
 a secret must be given that way, never as plain text. Nothing in the file is
 ever executed: a Python view names a function by import path only.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -31,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from dd_etl.errors import ConfigError, ConfigProblem
+from dd_etl.lake import Location, StoreOptions
+from dd_etl.lake.location import LocationError
 from dd_etl.plan.refresh import DEFAULT_FULL_ABOVE, Policy, RefreshPolicy
 from dd_etl.spark_memory import driver_memory
 
@@ -82,7 +86,7 @@ class SourceConfig(_Model):
     options: dict[str, str] = Field(default_factory=dict)
     """Spark reader options for files (e.g. ``sep``, ``dateFormat``)."""
     storage_options: dict[str, str] = Field(default_factory=dict)
-    """Object store options for Delta sources (credentials via ``${ENV}``)."""
+    """Object store settings of this source alone, over the pipeline's."""
     diff_column: str = "diff"
     """In files: a column of multiplicities (-1 deletes a row); absent means +1."""
 
@@ -175,6 +179,13 @@ class SizingConfig(_Model):
 class PipelineConfig(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     warehouse: str
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    """Object store settings (delta-rs names: ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+    ``AWS_ACCESS_KEY_ID``, ...; secrets as ``${ENV}``) for the warehouse, every
+    source and every sink, over the standard AWS environment variables."""
+    allow_unsafe_store: bool = False
+    """Let a warehouse live on a store without conditional writes: safe only while
+    no two writers ever run at once (every run checks the store otherwise)."""
     spark: SparkSettings = Field(default_factory=SparkSettings)
     sources: dict[SourceName, SourceConfig]
     views: dict[SourceName, ViewConfig] = Field(default_factory=dict)
@@ -214,6 +225,32 @@ class LoadedConfig:
             return path
         return str((self.base / path).resolve())
 
+    def location(self, key: str, path: str, own: Mapping[str, str] | None = None) -> Location:
+        """Where the file's ``key`` (its value ``path``) points, with the settings that
+        reach it: ``own`` over the file's ``storage_options`` over the environment's."""
+        options = StoreOptions.of(self.config.storage_options).over(StoreOptions.from_environment())
+        try:
+            return Location.of(self.resolve(path), StoreOptions.of(own or {}).over(options))
+        except LocationError as e:
+            raise self.error(key, str(e)) from None
+
+    def locations(self) -> list[Location]:
+        """Every place the file names: the warehouse, each source, each sink."""
+        c = self.config
+        found = [self.location("warehouse", c.warehouse)]
+        for name, source in c.sources.items():
+            found.append(self.location(f"sources.{name}.path", source.path, source.storage_options))
+        for name, view in c.views.items():
+            for kind, sink in (("materialize", view.materialize), ("changes", view.changes)):
+                if sink is not None:
+                    found.append(self.location(f"views.{name}.{kind}.path", sink.path))
+        return found
+
+    @property
+    def object_storage(self) -> bool:
+        """Whether the pipeline reaches an object store (Spark then needs its jars)."""
+        return not all(where.is_local for where in self.locations())
+
     def line(self, key: str) -> int | None:
         return self._lines.get(key)
 
@@ -222,9 +259,9 @@ class LoadedConfig:
         return ConfigError(self.file, key, reason, None if line is None else line + line_offset)
 
 
-def warehouse_of(loaded: LoadedConfig) -> Path:
+def warehouse_of(loaded: LoadedConfig) -> Location:
     """Where the pipeline keeps its traces: the file's ``warehouse``, resolved."""
-    return Path(loaded.resolve(loaded.config.warehouse))
+    return loaded.location("warehouse", loaded.config.warehouse)
 
 
 def load_config(file: str | Path) -> LoadedConfig:

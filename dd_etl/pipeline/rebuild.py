@@ -58,7 +58,7 @@ def start_over(pipeline: Pipeline, views: Sequence[str]) -> list[str]:
     for name in names:
         for sink in (pipeline.materialized(name), pipeline.change_feed(name)):
             if sink is not None and sink.table.columns_differ():
-                discard_table(Path(sink.uri))
+                discard_table(sink.table.where)
     pipeline.runtime.rebuild(names)
     return names
 

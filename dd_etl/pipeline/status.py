@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from dd_etl.lake import Location
 from dd_etl.pipeline.analysis import view_order
 from dd_etl.pipeline.build import make_reader
 from dd_etl.pipeline.config import LoadedConfig, warehouse_of
@@ -55,11 +55,11 @@ class PipelineStatus:
         return asdict(self)
 
 
-def _trace(warehouse: Path, trace: str, name: str, deferred: DeferredRecord) -> TraceStatus:
+def _trace(warehouse: Location, trace: str, name: str, deferred: DeferredRecord) -> TraceStatus:
     """The trace as a run would read it: its log, and the empty append deferred
     from there, if any."""
     try:
-        snapshot = delta_log.load(str(warehouse / trace))
+        snapshot = delta_log.load(warehouse / trace)
     except TraceNotFound:
         return TraceStatus(name, None, None, lag="not computed yet")
     s = deferred.applied(trace, snapshot.state)
@@ -101,7 +101,8 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
             )
         for kind, sink in (("materialize", view.materialize), ("changes", view.changes)):
             if sink is not None:
-                table = SinkTable(loaded.resolve(sink.path), config.name, name, kind)
+                where = loaded.location(f"views.{name}.{kind}.path", sink.path)
+                table = SinkTable(where, config.name, name, kind)
                 log = table.log()
                 st.sinks[kind] = None if log is None else log.epoch
                 written = None if log is None else log.last_write()
@@ -110,12 +111,10 @@ def pipeline_status(loaded: LoadedConfig, spark: Any = None) -> PipelineStatus:
         views.append(st)
     internal = 0
     internal_records = 0
-    if warehouse.exists():
-        for path in find_traces(warehouse):
-            rel = path.relative_to(warehouse).parts
-            if rel and rel[0] in ("arrangements", "reductions"):
-                internal += 1
-                internal_records += delta_log.load(str(path)).state.records
+    for kind in ("arrangements", "reductions"):
+        for where in find_traces(warehouse / kind):
+            internal += 1
+            internal_records += delta_log.load(where).state.records
     tick = last_tick(warehouse)
     return PipelineStatus(
         config.name,

@@ -10,11 +10,11 @@ Running a tick is ``tick.py``; this module only reads and writes its record.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from dd_etl.lake import Location
+from dd_etl.lake.documents import read_document, replace_document
 from dd_etl.profiling import RunProfile
 
 TICKS_FILE = "_pipeline/last_tick.json"
@@ -33,33 +33,24 @@ class TickRecord:
         return asdict(self)
 
 
-def last_tick(warehouse: Path) -> TickRecord | None:
-    path = warehouse / TICKS_FILE
-    if not path.exists():
-        return None
-    return TickRecord(**json.loads(path.read_text()))
+def last_tick(warehouse: Location) -> TickRecord | None:
+    text = read_document(warehouse / TICKS_FILE)
+    return None if text is None else TickRecord(**json.loads(text))
 
 
-def record_tick(warehouse: Path, record: TickRecord) -> None:
-    _replace(warehouse / TICKS_FILE, record.to_json())
+def record_tick(warehouse: Location, record: TickRecord) -> None:
+    replace_document(warehouse / TICKS_FILE, json.dumps(record.to_json(), indent=2))
 
 
-def last_profile(warehouse: Path) -> dict[str, Any] | None:
+def last_profile(warehouse: Location) -> dict[str, Any] | None:
     """The profile of the last tick run, finished or not: ``epoch`` and ``profile``."""
-    path = warehouse / PROFILE_FILE
-    if not path.exists():
+    text = read_document(warehouse / PROFILE_FILE)
+    if text is None:
         return None
-    loaded: dict[str, Any] = json.loads(path.read_text())
+    loaded: dict[str, Any] = json.loads(text)
     return loaded
 
 
-def record_profile(warehouse: Path, epoch: int, profile: RunProfile) -> None:
-    _replace(warehouse / PROFILE_FILE, {"epoch": epoch, "profile": profile.to_json()})
-
-
-def _replace(path: Path, content: dict[str, Any]) -> None:
-    """Write ``path`` whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(content, indent=2))
-    os.replace(temporary, path)
+def record_profile(warehouse: Location, epoch: int, profile: RunProfile) -> None:
+    content = {"epoch": epoch, "profile": profile.to_json()}
+    replace_document(warehouse / PROFILE_FILE, json.dumps(content, indent=2))

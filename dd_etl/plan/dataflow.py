@@ -13,7 +13,6 @@ its schema; ``Runtime`` (``dd_etl.runtime``) computes the changes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +21,7 @@ from pyspark.sql.types import LongType, MapType, StructField, StructType
 
 from dd_etl.errors import NotDeterministic, first_line
 from dd_etl.errors import PlanError as PlanError
+from dd_etl.lake import Where, as_location
 from dd_etl.local_relations import empty_frame
 from dd_etl.operators import linear
 from dd_etl.operators.accumulate import contributions
@@ -65,12 +65,12 @@ class Dataflow:
     def __init__(
         self,
         spark: SparkSession,
-        warehouse: str | Path,
+        warehouse: Where,
         name: str = "dataflow",
         schemas: InferredSchemas | None = None,
     ) -> None:
         self.spark = spark
-        self.warehouse = Path(warehouse)
+        self.warehouse = as_location(warehouse)
         self.name = name
         self.sources: dict[str, n.Source] = {}
         self.views: dict[str, n.View] = {}

@@ -17,17 +17,18 @@ pipeline drop out. A lost or unreadable file only costs the asking again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
+from dd_etl.lake import Location, Where, as_location
+from dd_etl.lake.documents import read_document, replace_document
 from dd_etl.plan.fingerprint import canonical
 
 if TYPE_CHECKING:
@@ -46,12 +47,12 @@ ANALYSIS_SETTINGS = (
 
 
 class InferredSchemas:
-    """Operator schemas by what decides them; ``path`` None keeps them in memory."""
+    """Operator schemas by what decides them; ``where`` None keeps them in memory."""
 
-    def __init__(self, path: Path | None = None, context: str = "") -> None:
-        self.path = path
+    def __init__(self, where: Where | None = None, context: str = "") -> None:
+        self.where = None if where is None else as_location(where)
         self.context = context
-        self._read = _read(path, context) if path is not None else {}
+        self._read = _read(self.where, context) if self.where is not None else {}
         self._known = dict(self._read)
         self._used: dict[str, str] = {}
 
@@ -75,16 +76,11 @@ class InferredSchemas:
 
     def save(self) -> None:
         """Keep the schemas this build used, if they are not what the file holds."""
-        if self.path is None or self._used == self._read:
+        if self.where is None or self._used == self._read:
             return
-        # unique per writer: two builds in one process (a server) may save at once
-        temporary = self.path.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(json.dumps({"context": self.context, "schemas": self._used}))
-            os.replace(temporary, self.path)
-        except OSError:  # a cache: a warehouse this process cannot write only costs asking
-            temporary.unlink(missing_ok=True)
+        text = json.dumps({"context": self.context, "schemas": self._used})
+        with contextlib.suppress(OSError):  # a cache: a warehouse not writable costs asking
+            replace_document(self.where, text)
 
 
 def analysis_context(spark: SparkSession) -> str:
@@ -105,9 +101,9 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _read(path: Path, context: str) -> dict[str, str]:
+def _read(where: Location, context: str) -> dict[str, str]:
     try:
-        content = json.loads(path.read_text())
+        content = json.loads(read_document(where) or "{}")
     except (OSError, ValueError):
         return {}
     if not isinstance(content, dict) or content.get("context") != context:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -117,11 +116,10 @@ class Runtime:
         self, name: str, node: n.Node, dims: int = 1, meta: dict[str, str] | None = None
     ) -> DeltaTrace:
         """The trace ``name`` of ``node``'s updates, created if it does not exist."""
-        uri = str(Path(self.flow.warehouse) / name)
         merged = self.thresholds.driver_merge_records
         return DeltaTrace.create(
             self.spark,
-            uri,
+            self.flow.warehouse / name,
             name,
             node.schema,
             trace_key(node),
@@ -345,8 +343,7 @@ class Runtime:
                 self.discard(node)
 
     def discard(self, node: n.Node) -> None:
-        """Delete a node's trace (and a loop's inner traces): each is renamed away
-        first (atomic), so a crash leaves either all of it or none."""
+        """Delete a node's trace (and a loop's inner traces; ``discard_table``)."""
         assert node.trace_name is not None
         names = [node.trace_name]
         if isinstance(node, n.Iterate):  # its own last: it records what they came from
@@ -354,7 +351,7 @@ class Runtime:
         for name in names:
             self._traces.pop(name, None)
             self._holds.pop(name, None)
-            discard_table(Path(self.flow.warehouse) / name)
+            discard_table(self.flow.warehouse / name)
             failpoint("trace.discarded")
 
     def layers(

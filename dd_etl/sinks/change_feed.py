@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from dd_etl.lake import Where
 from dd_etl.operators import linear
 from dd_etl.runtime import Runtime
 from dd_etl.sinks.delta_table import TRACE_META, VIEW_META, SinkCommit, SinkTable
@@ -25,10 +26,9 @@ DIFF_COLUMN = "_diff"
 
 
 class ChangeFeed:
-    def __init__(self, runtime: Runtime, pipeline: str, view: str, uri: str) -> None:
+    def __init__(self, runtime: Runtime, pipeline: str, view: str, where: Where) -> None:
         self.runtime = runtime
         self.view = view
-        self.uri = uri
         node = runtime.flow.views[view]
         schema = StructType(
             [
@@ -38,7 +38,7 @@ class ChangeFeed:
             ]
         )
         self.columns = node.columns
-        self.table = SinkTable(uri, pipeline, view, "changes", schema)
+        self.table = SinkTable(where, pipeline, view, "changes", schema)
 
     def plan(self, epoch: int, placement: Placement = BULK) -> SinkCommit | None:
         """The commit of the view's changes up to ``epoch`` (None: there already),
@@ -69,7 +69,7 @@ class ChangeFeed:
         is not the one the feed published."""
         trace = self.runtime.trace(self.runtime.flow.views[self.view])
         now = trace.read_at((epoch,), placement=placement)
-        published = self.runtime.spark.read.format("delta").load(self.uri)
+        published = self.runtime.spark.read.format("delta").load(self.table.where.spark)
         published = published.select(*self.columns, F.col(DIFF_COLUMN).alias(DIFF))
         difference = linear.consolidate(now.unionByName(linear.negate(published)))
         return difference.withColumn(TIME, F.lit(epoch).cast("long"))

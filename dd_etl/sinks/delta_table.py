@@ -21,10 +21,10 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import SinkError
 from dd_etl.failpoints import failpoint
+from dd_etl.lake import Where, as_location
 from dd_etl.profiling import count_bytes, count_commit
 from dd_etl.trace.arrow_files import write_files
 from dd_etl.trace.batch_writer import Computed, Write
@@ -150,9 +151,14 @@ class SinkTable:
     """The sink ``kind`` (``materialize`` or ``changes``) of ``view`` in ``pipeline``."""
 
     def __init__(
-        self, uri: str, pipeline: str, view: str, kind: str, schema: StructType | None = None
+        self,
+        where: Where,
+        pipeline: str,
+        view: str,
+        kind: str,
+        schema: StructType | None = None,
     ) -> None:
-        self.uri = uri
+        self.where = as_location(where)
         self.view = view
         self.kind = kind
         self.app_id = f"dd_etl/{pipeline}/{view}/{kind}"
@@ -167,25 +173,29 @@ class SinkTable:
         """The table, created empty with the view's columns if it does not exist yet."""
         if not self.exists():
             assert self.schema is not None, "creating a sink table needs its schema"
-            Path(self.uri).mkdir(parents=True, exist_ok=True)
+            self.where.make_directory()
             DeltaTable.create(
-                self.uri,
+                self.where.uri,
                 arrow_schema(self.schema),
                 mode="ignore",
-                name=Path(self.uri).name,
+                name=self.where.name,
                 description=self._marker,
+                storage_options=self.where.delta_options,
             )
-        return DeltaTable(self.uri)
+        return self._table()
+
+    def _table(self) -> DeltaTable:
+        return DeltaTable(self.where.uri, storage_options=self.where.delta_options)
 
     def exists(self) -> bool:
-        return DeltaTable.is_deltatable(self.uri)
+        return DeltaTable.is_deltatable(self.where.uri, self.where.delta_options)
 
     def columns_differ(self) -> bool:
         """Whether the table exists with other columns (names or types) than the view's:
         the view's rows no longer fit it."""
         if self.schema is None or not self.exists():
             return False
-        held = StructType.fromJson(json.loads(DeltaTable(self.uri).schema().to_json()))
+        held = StructType.fromJson(json.loads(self._table().schema().to_json()))
         return [(f.name, f.dataType) for f in held] != [(f.name, f.dataType) for f in self.schema]
 
     def epoch(self) -> int | None:
@@ -195,7 +205,7 @@ class SinkTable:
 
     def log(self) -> SinkLog | None:
         """The table's Delta log as of now, None if there is no table."""
-        return SinkLog(DeltaTable(self.uri), self.app_id) if self.exists() else None
+        return SinkLog(self._table(), self.app_id) if self.exists() else None
 
     def check_ours(self) -> None:
         """Refuse a table dd_etl did not create, or one another writer changed the rows
@@ -208,7 +218,7 @@ class SinkTable:
                 raise SinkError(
                     self.view,
                     self.kind,
-                    self.uri,
+                    self.where.uri,
                     "holds a Delta table dd_etl did not create; point the sink at a new "
                     "path, or move that table away",
                 )
@@ -221,7 +231,7 @@ class SinkTable:
                 raise SinkError(
                     self.view,
                     self.kind,
-                    self.uri,
+                    self.where.uri,
                     f"was written by another writer after dd_etl's last commit (version "
                     f"{info['version']}: {operation}); move the table away or delete it, and "
                     "the next run writes it again whole",
@@ -274,21 +284,26 @@ class SinkTable:
     def _write(self, rows: DataFrame | pa.Table, directory: str) -> tuple[list[AddAction], int]:
         """Parquet files of ``rows`` in ``directory``, as actions adding them, and
         their row count. Spark writes a DataFrame's partitions in parallel."""
-        target = Path(self.uri) / directory
         if isinstance(rows, pa.Table):
-            write_files(self.uri, directory, rows, ROWS_PER_FILE)  # the attempt's own directory
+            write_files(self.where, directory, rows, ROWS_PER_FILE)  # the attempt's own directory
         else:
             writer = rows.write.option("maxRecordsPerFile", ROWS_PER_FILE)
-            writer.mode("error").parquet(str(target))
+            writer.mode("error").parquet((self.where / directory).spark)
         now = int(time.time() * 1000)
         adds = []
         total = 0
-        for f in sorted(target.glob("*.parquet")):
-            records = pq.read_metadata(f).num_rows
+        fs = self.where.filesystem
+        found = fs.get_file_info(
+            pafs.FileSelector((self.where / directory).fs_path, allow_not_found=True)
+        )
+        for info in sorted(found, key=lambda i: i.path):
+            if not info.base_name.endswith(".parquet"):
+                continue
+            with fs.open_input_file(info.path) as stream:
+                records = pq.read_metadata(stream).num_rows
             total += records
             stats = f'{{"numRecords":{records}}}'
-            rel = f"{directory}/{f.name}"
-            adds.append(AddAction(rel, f.stat().st_size, {}, now, True, stats))
+            adds.append(AddAction(f"{directory}/{info.base_name}", info.size, {}, now, True, stats))
         return adds, total
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dd_etl.lake import Where
 from dd_etl.plan.graph import unique_key
 from dd_etl.runtime import Runtime
 from dd_etl.sinks.delta_table import TRACE_META, VIEW_META, EpochCommit, SinkCommit, SinkTable
@@ -29,14 +30,13 @@ from dd_etl.trace.placement import BULK, Placement
 
 
 class MaterializedView:
-    def __init__(self, runtime: Runtime, pipeline: str, view: str, uri: str) -> None:
+    def __init__(self, runtime: Runtime, pipeline: str, view: str, where: Where) -> None:
         self.runtime = runtime
         self.view = view
-        self.uri = uri
         self.columns = runtime.flow.views[view].columns
         self.key = unique_key(runtime.flow.views[view])
         schema = runtime.flow.views[view].schema
-        self.table = SinkTable(uri, pipeline, view, "materialize", schema)
+        self.table = SinkTable(where, pipeline, view, "materialize", schema)
 
     def plan(
         self, epoch: int, changed: bool | None = None, placement: Placement = BULK

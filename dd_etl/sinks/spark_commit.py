@@ -132,7 +132,7 @@ class SparkCommit:
         vectors before Spark's first commit, in a commit of its own."""
         if self.log is not None and not self.log.spark_owned:
             self.spark.sql(
-                f"ALTER TABLE delta.{quote(self.table.uri)} "
+                f"ALTER TABLE delta.{quote(self.table.where.spark)} "
                 f"SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"
             )
 
@@ -146,7 +146,7 @@ class SparkCommit:
             rows = self.spark.createDataFrame([], schema)
         writer = rows.write.format("delta").mode(mode).option(DELETION_VECTORS, "true")
         with self._transaction():
-            writer.save(self.table.uri)
+            writer.save(self.table.where.spark)
 
     @property
     def _matched_by(self) -> list[str]:
@@ -228,7 +228,7 @@ class SparkCommit:
         values = {quote(c): F.col(r) for c, r in renamed.items()}
         with self._transaction():
             (
-                source.mergeInto(f"delta.{quote(self.table.uri)}", found & within)
+                source.mergeInto(f"delta.{quote(self.table.where.spark)}", found & within)
                 .whenMatched()
                 .delete()
                 .whenNotMatched(F.col(quote(OP)) == "i")

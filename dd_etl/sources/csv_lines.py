@@ -12,15 +12,16 @@ spans lines (a quoted line break) at the line where it starts.
 from __future__ import annotations
 
 import csv
-import gzip
+import io
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO
 
+from dd_etl.lake import Location
 
-def record_line(path: Path, column: int, value: str, options: Mapping[str, str]) -> int | None:
-    """The line of ``path`` where the first record whose ``column``-th field (from 0)
+
+def record_line(file: Location, column: int, value: str, options: Mapping[str, str]) -> int | None:
+    """The line of ``file`` where the first record whose ``column``-th field (from 0)
     reads ``value`` starts, the file split as Spark's CSV ``options`` say; None when
     no record does (options the ``csv`` module cannot follow, or an unreadable file:
     the error then names the file alone)."""
@@ -28,7 +29,7 @@ def record_line(path: Path, column: int, value: str, options: Mapping[str, str])
     if split is None:
         return None
     try:
-        with _text(path, split.encoding) as stream:
+        with _text(file, split.encoding) as stream:
             records = csv.reader(
                 _comments_blanked(stream, split.comment),
                 delimiter=split.delimiter,
@@ -80,12 +81,12 @@ def _split(options: Mapping[str, str]) -> _Split | None:
     )
 
 
-def _text(path: Path, encoding: str) -> IO[str]:
-    """The file as text for the ``csv`` module (line ends kept), gzip or not;
-    bytes the encoding cannot read are replaced rather than stopping the search."""
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding=encoding, errors="replace", newline="")
-    return path.open(encoding=encoding, errors="replace", newline="")
+def _text(file: Location, encoding: str) -> IO[str]:
+    """The file as text for the ``csv`` module (line ends kept), gzip or not (told
+    by its name); bytes the encoding cannot read are replaced rather than stopping
+    the search."""
+    stream = file.filesystem.open_input_stream(file.fs_path, compression="detect")
+    return io.TextIOWrapper(stream, encoding=encoding, errors="replace", newline="")
 
 
 def _comments_blanked(lines: Iterator[str], comment: str) -> Iterator[str]:

@@ -34,6 +34,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.errors import HistoryLost, SourceError, first_line
 from dd_etl.failpoints import failpoint
+from dd_etl.lake import Where, as_location
 from dd_etl.local_relations import local_relation
 from dd_etl.runtime.sizing import Thresholds
 from dd_etl.sources.base import Capture, Position, conform, difference
@@ -55,9 +56,8 @@ class DeltaSource:
         spark: SparkSession,
         pipeline: str,
         name: str,
-        uri: str,
+        where: Where,
         mode: str,
-        storage_options: dict[str, str] | None = None,
         driver_feed: int = DRIVER_FEED_RECORDS,
     ) -> None:
         self.spark = spark
@@ -65,13 +65,13 @@ class DeltaSource:
         """A change feed of at most this many rows is read by the driver."""
         self.pipeline = pipeline
         self.name = name
-        self.uri = uri
+        self.where = as_location(where)
+        self.uri = self.where.uri
         self.mode = mode
-        self.storage_options = storage_options or None
 
     def _table(self, version: int | None = None) -> DeltaTable:
         try:
-            return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
+            return DeltaTable(self.uri, version=version, storage_options=self.where.delta_options)
         except TableNotFoundError:
             raise SourceError(self.name, f"no Delta table at {self.uri}") from None
         except Exception as e:
@@ -134,7 +134,7 @@ class DeltaSource:
 
     def lag(self, position: Position | None) -> str:
         try:
-            version = DeltaTable(self.uri, storage_options=self.storage_options).version()
+            version = self._table().version()
         except Exception as e:
             return f"unreadable: {e}"
         if position is None:
@@ -183,7 +183,7 @@ class DeltaSource:
         """The snapshot's rows at ``table``'s version, read by Spark's Delta reader."""
         reader = self.spark.read.format("delta").option("versionAsOf", table.version())
         try:
-            rows = reader.load(self.uri)
+            rows = reader.load(self.where.spark)
         except Exception as e:
             if _unsupported(e):
                 raise self._unreadable(e) from None
@@ -203,7 +203,7 @@ class DeltaSource:
                 .option("readChangeFeed", "true")
                 .option("startingVersion", start)
                 .option("endingVersion", end)
-                .load(self.uri)
+                .load(self.where.spark)
             )
         except Exception as e:
             if _unsupported(e):

@@ -21,7 +21,7 @@ import operator
 import os
 from collections.abc import Mapping
 from functools import partial, reduce
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -34,6 +34,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl.errors import HistoryLost, SourceError, first_line
+from dd_etl.lake import Location, Where, as_location
+from dd_etl.lake.objects import StoredObject, listing
 from dd_etl.local_relations import empty_frame
 from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.sources.csv_lines import record_line
@@ -45,14 +47,16 @@ EXTENSIONS = {
     "json": (".json", ".jsonl", ".ndjson", ".json.gz"),
 }
 
-Stamp = list[int]
-"""A file as read: ``[size in bytes, modification time in ns]`` (a list: positions
-are JSON)."""
+Stamp = list[int | str]
+"""A file as read: ``[size in bytes, version]``, the version its modification time
+in ns on a local disk, its ETag on an object store (a list: positions are JSON)."""
 
 
-def stamp_of(path: Path) -> Stamp:
-    st = path.stat()
-    return [st.st_size, st.st_mtime_ns]
+def stamp_of(file: StoredObject) -> Stamp:
+    version: int | str = file.version
+    if isinstance(version, str) and version.isdigit():
+        version = int(version)  # a local modification time, as positions held it before
+    return [file.size, version]
 
 
 def same_file(recorded: Any, now: Stamp) -> bool:
@@ -83,7 +87,7 @@ class FileSource:
         spark: SparkSession,
         pipeline: str,
         name: str,
-        directory: str,
+        directory: Where,
         fmt: str,
         mode: str,
         declared: StructType | None,
@@ -94,27 +98,26 @@ class FileSource:
         self.spark = spark
         self.pipeline = pipeline
         self.name = name
-        self.directory = Path(directory)
+        self.directory = as_location(directory)
         self.format = fmt
         self.mode = mode
         self.declared = declared
         self.options = {"header": "true", **options} if fmt == "csv" else dict(options)
         self.diff_column = diff_column
-        self.shown = shown or directory
+        self.shown = shown or self.directory.uri
         """The directory as the pipeline file names it: errors name files under it."""
 
     def listing(self) -> dict[str, Stamp]:
         """Data files under the directory (relative path → stamp), in name order."""
-        if not self.directory.is_dir():
+        if self.directory.is_local and not self.directory.path.is_dir():
             raise SourceError(self.name, f"{self.directory} is not a directory")
         found: dict[str, Stamp] = {}
-        for root, dirs, files in os.walk(self.directory):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-            for f in sorted(files):
-                if f.startswith(("_", ".")) or not f.endswith(EXTENSIONS[self.format]):
-                    continue
-                full = Path(root) / f
-                found[str(full.relative_to(self.directory))] = stamp_of(full)
+        for file in sorted(listing(self.directory), key=lambda f: f.name):
+            parts = file.name.split("/")
+            if any(p.startswith(("_", ".")) for p in parts):
+                continue
+            if file.name.endswith(EXTENSIONS[self.format]):
+                found[file.name] = stamp_of(file)
         return found
 
     def schema(self) -> StructType:
@@ -151,9 +154,9 @@ class FileSource:
             raise HistoryLost(
                 self.pipeline,
                 self.name,
-                f"files {rewritten[:3]} were rewritten after they were read (their size or "
-                f"modification time changed); to take the corrected files in as a change, "
-                f"run `dd-etl restate {self.pipeline} {self.name}`",
+                f"files {rewritten[:3]} were rewritten after they were read (their size, "
+                "modification time or ETag changed); to take the corrected files in as a "
+                f"change, run `dd-etl restate {self.pipeline} {self.name}`",
             )
         if position is None and trace.state.records:  # resync: everything, against the trace
             changes = difference(self._updates(list(files), schema), trace, schema)
@@ -271,15 +274,16 @@ class FileSource:
         """The file of ``files`` that Spark's ``uri`` names (as Spark's file metadata
         gives it: ``file:/…``, escaped)."""
         path = os.path.normpath(unquote(urlparse(uri).path))
-        by_path = {os.path.normpath(self.directory / f): f for f in files}
+        by_path = {os.path.normpath(urlparse((self.directory / f).spark).path): f for f in files}
         return by_path.get(path, path)
 
     def _load(self, files: list[str], options: dict[str, str]) -> DataFrame:
-        paths = [str(self.directory / f) for f in files]
+        paths = [(self.directory / f).spark for f in files]
         reader = self.spark.read.options(**options)
         try:
             if self.format == "parquet":
-                footer = footer_schema(paths[0]) if "mergeSchema" not in options else None
+                first = self.directory / files[0]
+                footer = footer_schema(first) if "mergeSchema" not in options else None
                 return (reader if footer is None else reader.schema(footer)).parquet(*paths)
             if self.format == "csv":
                 return reader.csv(paths)
@@ -318,12 +322,13 @@ _PLAIN_TYPES = (
 unsigned and nested types are Spark's to infer: INT96, nanoseconds, UTC or not)."""
 
 
-def footer_schema(path: str) -> StructType | None:
+def footer_schema(file: Location) -> StructType | None:
     """The Spark schema of a parquet file, from its footer read in the driver, when
     every column is of a plain type: what Spark infers from it without the Spark
     job it runs to read one footer. None when Spark had better infer it."""
     try:
-        schema = pq.read_schema(path)
+        with file.filesystem.open_input_file(file.fs_path) as stream:
+            schema = pq.read_schema(stream)
     except (OSError, pa.ArrowException):
         return None  # Spark's read says what is wrong with the file
     if not all(any(plain(f.type) for plain in _PLAIN_TYPES) for f in schema):

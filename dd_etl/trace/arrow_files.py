@@ -26,7 +26,6 @@ would be a job of its own, of fixed cost, if Spark wrote it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +33,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.lake import Location
 from dd_etl.lattice import Time
 from dd_etl.trace import file_cache, spark_files
 from dd_etl.trace.batch import DataFile
@@ -45,20 +45,20 @@ DRIVER_KEPT_RECORDS = 250_000
 """A driver read keeping more rows than this is left to a Spark scan."""
 
 
-def key_hashes(root: str, files: Sequence[DataFile], since: Time) -> list[int]:
+def key_hashes(root: Location, files: Sequence[DataFile], since: Time) -> list[int]:
     """The sorted distinct key hashes of the rows of ``files`` at times ``≥ since``
     (every coordinate): the keys a batch appended from ``since`` on touched."""
     hashes: set[int] = set()
     times = time_columns(len(since))
     for file in files:
-        table = file_cache.files.read(Path(root) / file.path, [KEY_HASH, *times])
+        table = file_cache.files.read(root / file.path, [KEY_HASH, *times])
         keep = _at_or_after(table, times, since)
         hashes.update(table.column(KEY_HASH).filter(keep).to_pylist())
     return sorted(hashes)
 
 
 def read_table(
-    root: str,
+    root: Location,
     state: TraceState,
     files: Sequence[DataFile],
     hashes: Sequence[int] | None = None,
@@ -73,7 +73,7 @@ def read_table(
     parts: list[pa.Table] = []
     kept = 0
     for file in files:
-        table = file_cache.files.read(Path(root) / file.path, schema.fieldNames())
+        table = file_cache.files.read(root / file.path, schema.fieldNames())
         if wanted is not None:
             table = table.filter(pc.is_in(table.column(KEY_HASH), value_set=wanted))
         kept += table.num_rows
@@ -111,17 +111,17 @@ def collect_each(
     return out
 
 
-def write_files(root: str, directory: str, table: pa.Table, rows_per_file: int) -> None:
+def write_files(root: Location, directory: str, table: pa.Table, rows_per_file: int) -> None:
     """Write ``table`` as the files of ``root/directory``, each a consecutive slice
     of at most ``rows_per_file`` rows (none if empty): for a batch sorted by key
     hash, files of consecutive hash ranges."""
     if table.num_rows == 0:
         return
-    target = Path(root) / directory
-    target.mkdir(parents=True, exist_ok=True)
+    target = root / directory
+    target.make_directory()
     for n, start in enumerate(range(0, table.num_rows, rows_per_file)):
         path = target / f"part-{n:05d}.parquet"
-        pq.write_table(table.slice(start, rows_per_file), path)
+        pq.write_table(table.slice(start, rows_per_file), path.fs_path, filesystem=path.filesystem)
     if table.num_rows <= rows_per_file:
         # read back right away, and by the readers' lookups (a slice of a larger
         # table would keep all of it in memory)

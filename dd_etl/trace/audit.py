@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from dd_etl.errors import InvariantViolation
+from dd_etl.lake import Where, as_location
 from dd_etl.trace import delta_log
 from dd_etl.trace.state import TraceState
 
@@ -51,14 +52,15 @@ def frontier_problems(states: Sequence[TraceState]) -> list[str]:
     return problems
 
 
-def audit(uri: str, commits: int = RECENT_COMMITS) -> TraceAudit:
-    table = delta_log.open_table(uri)
+def audit(where: Where, commits: int = RECENT_COMMITS) -> TraceAudit:
+    where = as_location(where)
+    table = delta_log.open_table(where)
     states = [
         TraceState.from_json(entry[delta_log.STATE_KEY])
         for entry in reversed(table.history(commits))
         if delta_log.STATE_KEY in entry
     ]
-    report = TraceAudit(states[-1].name if states else uri, len(states))
+    report = TraceAudit(states[-1].name if states else where.uri, len(states))
     if not states:
         report.problems.append("no dd_etl state in the recent commits")
         return report

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -28,6 +27,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
 
 from dd_etl.failpoints import failpoint
+from dd_etl.lake import Location
 from dd_etl.profiling import DELTA_LOG, count_commit, phase
 from dd_etl.trace import delta_log
 from dd_etl.trace.deferred import DeferredAppend
@@ -73,19 +73,19 @@ def _reaches(old: DeferredAppend, new: DeferredAppend) -> bool:
     return same_start and new.upper.less_equal(old.upper)
 
 
-def log_uri(warehouse: str | Path) -> str:
-    return str(Path(warehouse) / LOG_DIRECTORY)
+def log_location(warehouse: Location) -> Location:
+    return warehouse / LOG_DIRECTORY
 
 
-def read(warehouse: str | Path) -> DeferredRecord:
+def read(warehouse: Location) -> DeferredRecord:
     """The latest record of the warehouse's deferrals (empty when none was made)."""
     with phase(DELTA_LOG):
-        return _read(log_uri(warehouse))
+        return _read(log_location(warehouse))
 
 
-def _read(uri: str) -> DeferredRecord:
+def _read(where: Location) -> DeferredRecord:
     try:
-        table = delta_log.open_table(uri)
+        table = delta_log.open_table(where)
     except TraceNotFound:
         return DeferredRecord()
     version, text = delta_log.latest_recorded(table, RECORD_KEY)
@@ -94,21 +94,21 @@ def _read(uri: str) -> DeferredRecord:
 
 
 def record(
-    warehouse: str | Path, appends: Mapping[str, DeferredAppend], dropped: Collection[str]
+    warehouse: Location, appends: Mapping[str, DeferredAppend], dropped: Collection[str]
 ) -> DeferredRecord:
     """Commit ``appends`` into the latest record, without ``dropped``; returns the
     record committed."""
     with phase(DELTA_LOG):
-        committed = _record(log_uri(warehouse), appends, dropped)
+        committed = _record(log_location(warehouse), appends, dropped)
     failpoint("deferred.recorded")
     return committed
 
 
 def _record(
-    uri: str, appends: Mapping[str, DeferredAppend], dropped: Collection[str]
+    where: Location, appends: Mapping[str, DeferredAppend], dropped: Collection[str]
 ) -> DeferredRecord:
     for _ in range(MAX_COMMIT_ATTEMPTS):
-        latest = _read(uri)
+        latest = _read(where)
         merged = latest.with_appends(appends, dropped)
         if latest.version >= 0 and merged == latest.appends:
             return latest
@@ -117,32 +117,34 @@ def _record(
         try:
             if latest.version < 0:
                 DeltaTable.create(
-                    uri,
+                    where.uri,
                     _SCHEMA,
                     mode="error",
                     name=LOG_DIRECTORY,
                     description="dd_etl deferred empty appends",
                     configuration=_CONFIGURATION,
                     commit_properties=properties,
+                    storage_options=where.delta_options,
                 )
             else:
-                table = delta_log.open_table(uri, latest.version)
+                table = delta_log.open_table(where, latest.version)
                 table.create_write_transaction(
                     [], "append", table.schema(), commit_properties=properties
                 )
         except DeltaError as e:
-            if _version(uri) == latest.version:
-                raise CommitConflict(f"{uri}: the deferred appends' commit failed: {e}") from e
+            if _version(where) == latest.version:
+                raise CommitConflict(f"{where}: the deferred appends' commit failed: {e}") from e
             continue  # another run recorded first: merge into its record
         count_commit()
         return DeferredRecord(latest.version + 1, merged)
     raise CommitConflict(
-        f"{uri}: gave up recording deferred appends after {MAX_COMMIT_ATTEMPTS} conflicting commits"
+        f"{where}: gave up recording deferred appends after {MAX_COMMIT_ATTEMPTS} "
+        "conflicting commits"
     )
 
 
-def _version(uri: str) -> int:
+def _version(where: Location) -> int:
     try:
-        return delta_log.open_table(uri).version()
+        return delta_log.open_table(where).version()
     except TraceNotFound:
         return -1

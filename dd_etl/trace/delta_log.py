@@ -11,18 +11,21 @@ so external tools see which intervals a trace has taken in.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 from collections import defaultdict
 from dataclasses import replace
-from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
+from dd_etl.errors import StoreError, first_line
+from dd_etl.lake import Location
 from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceNotFound
@@ -52,11 +55,11 @@ def app_id(state: TraceState) -> str:
     return f"dd_etl/{state.name}"
 
 
-def open_table(uri: str, version: int | None = None) -> DeltaTable:
+def open_table(where: Location, version: int | None = None) -> DeltaTable:
     try:
-        return DeltaTable(uri, version=version)
+        return DeltaTable(where.uri, version=version, storage_options=where.delta_options)
     except TableNotFoundError as e:
-        raise TraceNotFound(uri) from e
+        raise TraceNotFound(where.uri) from e
 
 
 _opened = OpenTables(open_table)
@@ -90,37 +93,39 @@ def latest_recorded(table: DeltaTable, key: str) -> tuple[int, str]:
         limit *= 8
 
 
-def load(uri: str, known: Snapshot | None = None) -> Snapshot:
+def load(where: Location, known: Snapshot | None = None) -> Snapshot:
     """The trace at its latest version; ``known`` itself while no commit followed
     it (two ``stat`` calls, where reading the log costs milliseconds), or else the
     snapshot this process loaded last, while no commit followed that: a run opens
     every trace of its pipeline, and most took nothing in since the last run."""
-    for candidate in (known, _loaded.get(uri)):
-        if candidate is not None and _still_latest(uri, candidate):
-            _loaded.keep(uri, candidate)
+    for candidate in (known, _loaded.get(where)):
+        if candidate is not None and _still_latest(where, candidate):
+            _loaded.keep(where, candidate)
             return candidate
-    with _opened.latest(uri) as table:
+    with _opened.latest(where) as table:
         state = read_state(table)
         if not state.generation:  # created before traces had one: the table's id was it
             state = replace(state, generation=str(table.metadata().id))
         version = table.version()
-        snapshot = Snapshot(version, state, files_by_batch(table, state.dims), stamp(uri, version))
-    _loaded.keep(uri, snapshot)
+        snapshot = Snapshot(
+            version, state, files_by_batch(table, state.dims), stamp(where, version)
+        )
+    _loaded.keep(where, snapshot)
     return snapshot
 
 
-def _still_latest(uri: str, snapshot: Snapshot) -> bool:
-    return snapshot.stamp is not None and latest_at(uri, snapshot.version, snapshot.stamp)
+def _still_latest(where: Location, snapshot: Snapshot) -> bool:
+    return snapshot.stamp is not None and latest_at(where, snapshot.version, snapshot.stamp)
 
 
-def forget(uri: str) -> None:
+def forget(where: Location) -> None:
     """Let go of what this process loaded of a table being deleted."""
-    _loaded.forget(uri)
+    _loaded.forget(where)
 
 
-def stamp(uri: str, version: int) -> tuple[int, int] | None:
+def stamp(where: Location, version: int) -> tuple[int, int] | None:
     """The mark of ``version``'s commit as stored now (``open_tables.commit_stamp``)."""
-    return commit_stamp(uri, version)
+    return commit_stamp(where, version)
 
 
 def files_by_batch(table: DeltaTable, dims: int) -> dict[str, list[DataFile]]:
@@ -143,14 +148,15 @@ def files_by_batch(table: DeltaTable, dims: int) -> dict[str, list[DataFile]]:
     return dict(files)
 
 
-def create(uri: str, state: TraceState, arrow_schema: object) -> None:
+def create(where: Location, state: TraceState, arrow_schema: object) -> None:
     """Create the trace's Delta table with its initial state (a no-op if it exists)."""
     DeltaTable.create(
-        uri,
+        where.uri,
         arrow_schema,  # type: ignore[arg-type]
         mode="ignore",
         name=state.name,
         description="dd_etl trace",
+        storage_options=where.delta_options,
         configuration=TABLE_CONFIGURATION,
         commit_properties=CommitProperties(
             custom_metadata={STATE_KEY: state.to_json(), OPERATION_KEY: "create"}
@@ -158,18 +164,20 @@ def create(uri: str, state: TraceState, arrow_schema: object) -> None:
     )
 
 
-def commit(uri: str, expected_version: int, change: Commit) -> int:
-    with _opened.at(uri, expected_version) as opened:
-        return _commit(uri, expected_version, change, opened)
+def commit(where: Location, expected_version: int, change: Commit) -> int:
+    with _opened.at(where, expected_version) as opened:
+        return _commit(where, expected_version, change, opened)
 
 
-def _commit(uri: str, expected_version: int, change: Commit, table: DeltaTable | None) -> int:
+def _commit(
+    where: Location, expected_version: int, change: Commit, table: DeltaTable | None
+) -> int:
     try:
-        table = open_table(uri, expected_version) if table is None else table
+        table = open_table(where, expected_version) if table is None else table
     except TraceNotFound:
         # ``clean_log`` removed that version: only after a newer state was committed.
-        if open_table(uri).version() > expected_version:
-            raise StaleVersion(f"{uri}: version {expected_version} left the log") from None
+        if open_table(where).version() > expected_version:
+            raise StaleVersion(f"{where}: version {expected_version} left the log") from None
         raise
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
@@ -189,13 +197,42 @@ def _commit(uri: str, expected_version: int, change: Commit, table: DeltaTable |
             actions, "append", table.schema(), commit_properties=properties
         )
     except CommitFailedError as e:
-        if open_table(uri).version() != expected_version:
+        if open_table(where).version() != expected_version:
             raise StaleVersion(str(e)) from e
         raise
+    except (DeltaError, OSError) as e:
+        if where.is_local:
+            raise
+        # a store's error (a timeout, a reset, a 5xx) after the commit was sent: it may
+        # have landed
+        return _in_doubt(where, expected_version + 1, change.state, e)
     return expected_version + 1
 
 
-def unreferenced(uri: str, retention_hours: int) -> list[str]:
+def _in_doubt(where: Location, version: int, state: TraceState, error: Exception) -> int:
+    """After ``error`` left a commit of ``version`` in doubt: the log, read back,
+    says whether it landed (``version``), or another writer's did (``StaleVersion``),
+    or none did; a store that cannot even be read leaves it to the next run."""
+    try:
+        latest = open_table(where).version()
+        table = open_table(where, version) if latest >= version else None
+    except Exception as e:
+        raise StoreError(
+            where.uri,
+            f"failed a commit and then a read of it ({first_line(error)}; {first_line(e)})",
+            "the commit may have landed: run again, and it continues from what the log holds",
+        ) from error
+    if table is None:
+        raise StoreError(
+            where.uri, f"failed a commit ({first_line(error)})", "nothing was committed; run again"
+        ) from error
+    recorded_at, text = latest_recorded(table, STATE_KEY)
+    if recorded_at == version and text == state.to_json():
+        return version  # it landed: the answer was lost on the way back
+    raise StaleVersion(f"{where}: another commit took version {version}") from error
+
+
+def unreferenced(where: Location, retention_hours: int) -> list[str]:
     """The files no snapshot of the last ``retention_hours`` can reach: removed from
     the log that long ago, or never in it and written that long ago.
 
@@ -203,7 +240,7 @@ def unreferenced(uri: str, retention_hours: int) -> list[str]:
     and a reader that opened the table just before still reads it. Delta judges a
     removed file by when it was removed (the tombstone's timestamp). Nothing is
     deleted here and nothing is committed."""
-    return open_table(uri).vacuum(
+    return open_table(where).vacuum(
         retention_hours=retention_hours,
         dry_run=True,
         enforce_retention_duration=False,
@@ -214,7 +251,7 @@ def unreferenced(uri: str, retention_hours: int) -> list[str]:
 _LOG_ENTRY = re.compile(r"(\d{20})\.(?:json|crc|checkpoint(?:\.\d+\.\d+)?\.parquet)")
 
 
-def clean_log(uri: str, retention_hours: float) -> list[str]:
+def clean_log(where: Location, retention_hours: float) -> list[str]:
     """Delete the log entries older than both the latest checkpoint and the latest
     committed state, once ``retention_hours`` old; returns their paths.
 
@@ -224,17 +261,21 @@ def clean_log(uri: str, retention_hours: float) -> list[str]:
     at the latest state. A writer that expected one of their versions is stale
     anyway, and ``commit`` tells it so. Oldest first, so a crash leaves a suffix.
     """
-    log = Path(uri) / "_delta_log"
+    log = where / "_delta_log"
+    fs = where.filesystem
     try:
-        checkpoint = int(json.loads((log / "_last_checkpoint").read_text())["version"])
+        with fs.open_input_stream((log / "_last_checkpoint").fs_path) as stream:
+            checkpoint = int(json.loads(stream.read())["version"])
     except FileNotFoundError:
         return []
-    keep_from = min(checkpoint, latest_state(open_table(uri))[0])
-    cutoff = time.time() - retention_hours * 3600
+    keep_from = min(checkpoint, latest_state(open_table(where))[0])
+    cutoff_ns = int((time.time() - retention_hours * 3600) * 1e9)
     removed = []
-    for path in sorted(log.iterdir()):
-        entry = _LOG_ENTRY.fullmatch(path.name)
-        if entry and int(entry[1]) < keep_from and path.stat().st_mtime <= cutoff:
-            path.unlink(missing_ok=True)
-            removed.append(f"_delta_log/{path.name}")
+    entries = fs.get_file_info(pafs.FileSelector(log.fs_path, allow_not_found=True))
+    for info in sorted(entries, key=lambda i: i.path):
+        entry = _LOG_ENTRY.fullmatch(info.base_name)
+        if entry and int(entry[1]) < keep_from and (info.mtime_ns or 0) <= cutoff_ns:
+            with contextlib.suppress(FileNotFoundError):
+                fs.delete_file(info.path)
+            removed.append(f"_delta_log/{info.base_name}")
     return removed

@@ -1,6 +1,6 @@
 """Traces persisted as Delta tables, with their data work done by Spark.
 
-Layout of a trace at ``uri``::
+Layout of a trace at its ``Location`` (a directory, or a prefix of an object store)::
 
     _delta_log/              commits: trace state + add/remove actions
     data/<batch id>/*.parquet   files of appended batches
@@ -13,21 +13,21 @@ are never read (readers list files from the log) and are removed by ``vacuum``.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import uuid
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.lake import Location, Where, as_location
 from dd_etl.lattice import Time
 from dd_etl.local_relations import local_relation
 from dd_etl.profiling import DELTA_LOG, LOOKUPS, SPARK, count_commit, phase
@@ -162,26 +162,26 @@ class DeltaStorage:
     def __init__(
         self,
         spark: SparkSession,
-        uri: str,
+        where: Location,
         rows_per_file: int = spark_files.ROWS_PER_FILE,
         driver_merged: int = driver_merge.DRIVER_MERGED_RECORDS,
     ):
         self.spark = spark
-        self.uri = uri
+        self.where = where
         self.rows_per_file = rows_per_file
         self.driver_merged = driver_merged
         """A merge step reading at most this many records is made by the driver."""
 
     def load(self, known: Snapshot | None = None) -> Snapshot:
         with phase(DELTA_LOG):
-            return delta_log.load(self.uri, known)
+            return delta_log.load(self.where, known)
 
     def stamp(self, version: int) -> object:
-        return delta_log.stamp(self.uri, version)
+        return delta_log.stamp(self.where, version)
 
     def commit(self, expected_version: int, commit: Commit) -> int:
         with phase(DELTA_LOG):
-            version = delta_log.commit(self.uri, expected_version, commit)
+            version = delta_log.commit(self.where, expected_version, commit)
         count_commit()
         return version
 
@@ -243,7 +243,7 @@ class DeltaStorage:
                 return self._write_collected(state, directory, batch.rows)
         return spark_files.write_files(
             self.spark,
-            self.uri,
+            self.where,
             directory,
             state,
             stored,
@@ -255,8 +255,8 @@ class DeltaStorage:
         )
 
     def _write_collected(self, state: TraceState, directory: str, rows: pa.Table) -> list[DataFile]:
-        arrow_files.write_files(self.uri, directory, rows, self.rows_per_file)
-        return spark_files.describe_files(self.uri, directory, state)
+        arrow_files.write_files(self.where, directory, rows, self.rows_per_file)
+        return spark_files.describe_files(self.where, directory, state)
 
     def merge_slice(
         self, state: TraceState, merge: Merge, inputs: Sequence[DataFile], hashes: HashRange
@@ -264,10 +264,12 @@ class DeltaStorage:
         # one directory per attempt: a crashed attempt's files never mix with a retry's
         attempt = uuid.uuid4().hex[:8]
         directory = f"{batch_dir(merge.id)}/{hashes.start + (1 << 63):016x}-{attempt}"
-        rows = driver_merge.merged(self.uri, state, inputs, hashes, merge.since, self.driver_merged)
+        rows = driver_merge.merged(
+            self.where, state, inputs, hashes, merge.since, self.driver_merged
+        )
         if rows is not None:  # few records: no Spark job
             return self._write_collected(state, directory, rows)
-        df = spark_files.read_files(self.spark, self.uri, state, inputs)
+        df = spark_files.read_files(self.spark, self.where, state, inputs)
         df = df.where(F.col(KEY_HASH) >= hashes.start)
         if hashes.end < HASH_SPACE >> 1:
             df = df.where(F.col(KEY_HASH) < hashes.end)
@@ -278,10 +280,11 @@ class DeltaStorage:
         )
 
     def discard(self, files: Sequence[DataFile]) -> None:
-        spark_files.remove_files(self.uri, files)
+        spark_files.remove_files(self.where, [f.path for f in files])
 
     def exists(self, file: DataFile) -> bool:
-        return (Path(self.uri) / file.path).exists()
+        found = self.where.filesystem.get_file_info((self.where / file.path).fs_path)
+        return bool(found.type == pafs.FileType.File)
 
 
 class DeltaTrace(Trace[DataFrame | CollectedBatch]):
@@ -290,20 +293,20 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
     def __init__(
         self,
         spark: SparkSession,
-        uri: str,
+        where: Where,
         rows_per_file: int = spark_files.ROWS_PER_FILE,
         driver_merged: int = driver_merge.DRIVER_MERGED_RECORDS,
     ):
         self.spark = spark
-        self.uri = uri
-        self.delta_storage = DeltaStorage(spark, uri, rows_per_file, driver_merged)
+        self.where = where = as_location(where)
+        self.delta_storage = DeltaStorage(spark, where, rows_per_file, driver_merged)
         super().__init__(self.delta_storage)
 
     @classmethod
     def create(
         cls,
         spark: SparkSession,
-        uri: str,
+        where: Where,
         name: str,
         schema: StructType,
         key: Sequence[str],
@@ -318,14 +321,15 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         unknown = [k for k in key if k not in schema.fieldNames()]
         if unknown:
             raise TraceError(f"trace {name!r}: key columns {unknown} are not in the schema")
+        where = as_location(where)
         try:
-            return cls(spark, uri, rows_per_file, driver_merged)
+            return cls(spark, where, rows_per_file, driver_merged)
         except TraceNotFound:
             pass
         state = TraceState.new(name, dims, tuple(key), schema.json(), uuid.uuid4().hex, meta)
-        os.makedirs(uri, exist_ok=True)
-        delta_log.create(uri, state, arrow_schema(spark_files.stored_schema(state)))
-        return cls(spark, uri, rows_per_file, driver_merged)
+        where.make_directory()
+        delta_log.create(where, state, arrow_schema(spark_files.stored_schema(state)))
+        return cls(spark, where, rows_per_file, driver_merged)
 
     def batch_plan(self, updates: DataFrame, distinct: bool = False) -> PlannedBatch:
         """``updates`` planned as one file of this trace, to be computed into the
@@ -344,7 +348,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         if not distinct:
             stored = consolidated(stored)
         return ExecutorBatch(
-            self.uri,
+            self.where,
             new_batch_id(),
             stored,
             self.state.dims,
@@ -441,18 +445,18 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         if key_hashes is not None:
             files = [f for f in files if _holds_any(f, key_hashes)]
         with phase(LOOKUPS):
-            table = arrow_files.read_table(self.uri, self.state, files, key_hashes)
+            table = arrow_files.read_table(self.where, self.state, files, key_hashes)
         return None if table is None else arrow_files.between(table, at, since)
 
     def size(self) -> int:
         """The collection's number of rows, everything committed accumulated, read
         in the driver (``summary``): no Spark job."""
-        return summary.size(self.uri, self.files())
+        return summary.size(self.where, self.files())
 
     def first_rows(self, limit: int) -> pa.Table | None:
         """A few rows of the collection, everything committed accumulated, read in
         the driver (``summary.first_rows``); None when Spark should read them."""
-        return summary.first_rows(self.uri, self.state, self.files(), limit)
+        return summary.first_rows(self.where, self.state, self.files(), limit)
 
     def _read(self, files: Sequence[DataFile], placement: Placement) -> DataFrame:
         """The rows of ``files``: in the driver in its placement, else by Spark."""
@@ -460,7 +464,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         return _partitioned(found if found is not None else self._scan(files), placement)
 
     def _scan(self, files: Sequence[DataFile]) -> DataFrame:
-        return spark_files.read_files(self.spark, self.uri, self.state, files)
+        return spark_files.read_files(self.spark, self.where, self.state, files)
 
     def _read_in_driver(
         self,
@@ -475,7 +479,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         too many (``arrow_files.read_table``)."""
         stored = spark_files.stored_schema(self.state)
         with phase(LOOKUPS):
-            table = arrow_files.read_table(self.uri, self.state, files, key_hashes)
+            table = arrow_files.read_table(self.where, self.state, files, key_hashes)
             if table is None:
                 return None
             if at is not None or since is not None:
@@ -577,7 +581,7 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         read from the files of the batches that hold them, in the driver."""
         files = [f for f in self.files() if _may_hold_times_from(f, since, self.state.dims)]
         with phase(LOOKUPS):
-            return arrow_files.key_hashes(self.uri, files, since)
+            return arrow_files.key_hashes(self.where, files, since)
 
     def _files_for_keys(
         self, files: list[DataFile], keys: DataFrame, placement: Placement
@@ -611,25 +615,31 @@ class DeltaTrace(Trace[DataFrame | CollectedBatch]):
         self.reload()
         staged = {f.path for m in self.state.merges for f in m.staged}
         # The Delta log counts retention in whole hours: round up, never delete early.
-        unreachable = delta_log.unreferenced(self.uri, math.ceil(retention_hours))
-        root = Path(self.uri)
+        unreachable = delta_log.unreferenced(self.where, math.ceil(retention_hours))
         removed = [p for p in sorted(unreachable) if p.startswith("data/") and p not in staged]
-        for rel in removed:
-            (root / rel).unlink(missing_ok=True)
-        for d in sorted((root / "data").glob("**/"), reverse=True):
-            if d != root / "data" and not any(d.iterdir()):
-                d.rmdir()
-        return removed + delta_log.clean_log(self.uri, retention_hours)
+        spark_files.remove_files(self.where, removed)
+        return removed + delta_log.clean_log(self.where, retention_hours)
 
 
-def discard_table(path: Path) -> None:
-    """Delete a table: renamed away first (atomic), so a crash leaves either all of
-    it or none, never a log without its files."""
-    delta_log.forget(str(path))
-    if path.exists():
-        doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
-        path.rename(doomed)
-        shutil.rmtree(doomed)
+def discard_table(where: Location) -> None:
+    """Delete a table. On a local disk it is renamed away first (atomic), so a crash
+    leaves either all of it or none, never a log without its files. An object store
+    cannot rename: the log goes first, newest entries last, then the files, and a
+    crash leaves a table that no longer opens; discarding it again finishes."""
+    delta_log.forget(where)
+    if where.is_local:
+        path = where.path
+        if path.exists():
+            doomed = path.with_name(f".{path.name}.discarded-{uuid.uuid4().hex[:8]}")
+            path.rename(doomed)
+            shutil.rmtree(doomed)
+        return
+    fs = where.filesystem
+    found = fs.get_file_info(pafs.FileSelector(where.fs_path, recursive=True, allow_not_found=True))
+    files = [i.path for i in found if i.type == pafs.FileType.File]
+    log = f"{(where / '_delta_log').fs_path}/"
+    for path in sorted(files, key=lambda p: (not p.startswith(log), "checkpoint" not in p, p)):
+        fs.delete_file(path)
 
 
 def _holds_any(file: DataFile, sorted_hashes: Sequence[int]) -> bool:

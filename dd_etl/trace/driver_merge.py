@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain
 from dd_etl.trace import arrow_files, spark_files
 from dd_etl.trace.batch import DataFile
@@ -35,7 +36,7 @@ DRIVER_MERGED_RECORDS = 20_000
 
 
 def merged(
-    root: str,
+    root: Location,
     state: TraceState,
     inputs: Sequence[DataFile],
     hashes: HashRange,

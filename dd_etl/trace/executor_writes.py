@@ -21,7 +21,6 @@ and vacuum removes them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from pyspark.sql import DataFrame
 
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.lake import Location
 from dd_etl.profiling import SPARK, phase
 from dd_etl.sql_text import quote
 from dd_etl.trace import hash_slices
@@ -50,7 +50,7 @@ class ExecutorBatch:
     """A batch for the executors to write: ``rows`` in the trace's stored layout,
     consolidated, into ``directory`` of the trace at ``root``."""
 
-    root: str
+    root: Location
     batch_id: str
     rows: DataFrame
     dims: int
@@ -86,7 +86,9 @@ def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
     targets = [
         {
             "part": i,
-            "directory": os.path.join(b.root, batch_dir(b.batch_id)),
+            "directory": (b.root / batch_dir(b.batch_id)).fs_path,
+            "filesystem": b.root.filesystem,
+            "local": b.root.is_local,
             "relative": batch_dir(b.batch_id),
             "slots": [slot(k) for k in placed],
             "schema": arrow_schema(b.rows.schema),
@@ -152,21 +154,25 @@ def _writer(
             if current:
                 current.pop("writer").close()
                 current.pop("slice")
-                current["size"] = os.path.getsize(current.pop("full_path"))
+                filesystem = current.pop("filesystem")
+                current["size"] = filesystem.get_file_info(current.pop("full_path")).size
                 reports.append(dict(current))
                 current.clear()
 
         def open_for(index: int) -> None:
             target = targets[index]
-            os.makedirs(target["directory"], exist_ok=True)
+            filesystem = target["filesystem"]
+            if target["local"]:
+                os.makedirs(target["directory"], exist_ok=True)
             name = f"part-{uuid.uuid4().hex}.parquet"
-            full_path = os.path.join(target["directory"], name)
+            full_path = f"{target['directory']}/{name}"
             current.update(
                 slice=index,
                 part=target["part"],
                 path=f"{target['relative']}/{name}",
                 full_path=full_path,
-                writer=pq.ParquetWriter(full_path, target["schema"]),
+                filesystem=filesystem,
+                writer=pq.ParquetWriter(full_path, target["schema"], filesystem=filesystem),
                 records=0,
                 low=[None] * len(target["bounded"]),
                 high=[None] * len(target["bounded"]),

@@ -19,11 +19,11 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dd_etl.lake import Location
 from dd_etl.profiling import count_bytes
 
 
@@ -52,26 +52,27 @@ class FileCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def read(self, path: Path, columns: Sequence[str], keep: bool = True) -> pa.Table:
+    def read(self, file: Location, columns: Sequence[str], keep: bool = True) -> pa.Table:
         """The file's ``columns``: kept ones if it was read or written before with
         them, else read now, and kept unless ``keep`` is false (a read of a few
         columns would replace a kept copy of them all)."""
-        key = str(path)
+        key = file.uri
         with self._lock:
             kept = self._tables.get(key)
             if kept is not None and all(c in kept.column_names for c in columns):
                 self._tables.move_to_end(key)
                 return kept.select(list(columns))
-        table = pq.read_table(path, columns=list(columns))
-        count_bytes(read=path.stat().st_size)
+        with file.filesystem.open_input_file(file.fs_path) as stream:
+            table = pq.read_table(stream, columns=list(columns))
+            count_bytes(read=stream.size())
         if keep:
-            self.keep(path, table)
+            self.keep(file, table)
         return table
 
-    def keep(self, path: Path, table: pa.Table) -> None:
-        """Remember ``table`` as the contents of the file at ``path`` (which holds
-        them, or is about to)."""
-        key = str(path)
+    def keep(self, file: Location, table: pa.Table) -> None:
+        """Remember ``table`` as the contents of ``file`` (which holds them, or is
+        about to)."""
+        key = file.uri
         size = table.nbytes
         if size > self.largest:
             return

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
+from dd_etl.lake import Location, Where, as_location
 from dd_etl.trace import delta_log
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.driver_merge import DRIVER_MERGED_RECORDS
@@ -38,14 +39,23 @@ class MaintenanceReport:
         return asdict(self)
 
 
-def find_traces(root: Path) -> Iterator[Path]:
-    """Directories under ``root`` holding a dd_etl trace (other Delta tables are skipped)."""
-    for log in sorted(root.rglob("_delta_log")):
+def find_traces(root: Where) -> Iterator[Location]:
+    """The places under ``root`` holding a dd_etl trace (other Delta tables are
+    skipped), found a directory level at a time: never listing a trace's files,
+    which on an object store are most of what is there."""
+    root = as_location(root)
+    children = root.filesystem.get_file_info(pafs.FileSelector(root.fs_path, allow_not_found=True))
+    names = sorted(c.base_name for c in children if c.type == pafs.FileType.Directory)
+    if "_delta_log" in names:
         try:
-            delta_log.load(str(log.parent))
+            delta_log.load(root)
         except TraceNotFound:
-            continue
-        yield log.parent
+            pass
+        else:
+            yield root
+    for name in names:
+        if name not in ("_delta_log", "data"):
+            yield from find_traces(root / name)
 
 
 def maintain(trace: DeltaTrace, fuel: int | None, retention_hours: float) -> MaintenanceReport:
@@ -55,7 +65,7 @@ def maintain(trace: DeltaTrace, fuel: int | None, retention_hours: float) -> Mai
     after = trace.state
     return MaintenanceReport(
         trace=after.name,
-        path=trace.uri,
+        path=trace.where.uri,
         batches_before=len(before.batches),
         batches_after=len(after.batches),
         records_before=before.records,
@@ -69,7 +79,7 @@ def maintain(trace: DeltaTrace, fuel: int | None, retention_hours: float) -> Mai
 
 def maintain_warehouse(
     spark: SparkSession,
-    root: Path,
+    root: Where,
     fuel: int | None,
     retention_hours: float,
     driver_merged: int = DRIVER_MERGED_RECORDS,
@@ -77,6 +87,6 @@ def maintain_warehouse(
     """``maintain`` every trace under ``root``; merge steps of at most
     ``driver_merged`` records are made by the driver."""
     return [
-        maintain(DeltaTrace(spark, str(p), driver_merged=driver_merged), fuel, retention_hours)
+        maintain(DeltaTrace(spark, p, driver_merged=driver_merged), fuel, retention_hours)
         for p in find_traces(root)
     ]

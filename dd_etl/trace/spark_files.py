@@ -8,19 +8,22 @@ equal ``(data, time)`` rows are summed and zero diffs dropped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import posixpath
 import shutil
 from collections.abc import Sequence
-from pathlib import Path
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from dd_etl import sql_text
+from dd_etl.lake import Location
 from dd_etl.lattice import Antichain
 from dd_etl.local_relations import empty_frame
 from dd_etl.profiling import SPARK, phase
@@ -149,7 +152,7 @@ def advance_times(df: DataFrame, dims: int, since: Antichain) -> DataFrame:
 
 def write_files(
     spark: SparkSession,
-    root: str,
+    root: Location,
     directory: str,
     state: TraceState,
     df: DataFrame,
@@ -170,22 +173,31 @@ def write_files(
     files = math.ceil((records_hint or 0) / rows_per_file)
     partitions = 1 if few else min(files, SLICES_PER_CORE * cores)
     out = consolidate(df, partitions, distinct, shuffled, hashes)
-    target = os.path.join(root, directory)
     with phase(SPARK):
         writer = out.write.mode("error").option("maxRecordsPerFile", rows_per_file)
-        writer.parquet(target)
+        writer.parquet((root / directory).spark)
     return describe_files(root, directory, state)
 
 
-def describe_files(root: str, directory: str, state: TraceState) -> list[DataFile]:
-    """Read the parquet footers of freshly written files into Delta add-action facts."""
+def describe_files(root: Location, directory: str, state: TraceState) -> list[DataFile]:
+    """Read the parquet footers of freshly written files into Delta add-action facts;
+    delete what Spark wrote beside them (markers, checksums) and empty files."""
     bounded = [KEY_HASH, *time_columns(state.dims)]
+    fs = root.filesystem
+    found = fs.get_file_info(
+        pafs.FileSelector((root / directory).fs_path, recursive=True, allow_not_found=True)
+    )
     files: list[DataFile] = []
-    base = Path(root)
-    for path in sorted((base / directory).rglob("*.parquet")):
-        meta = pq.ParquetFile(path).metadata
+    for info in sorted(found, key=lambda i: i.path):
+        if info.type != pafs.FileType.File:
+            continue
+        if not info.path.endswith(".parquet"):
+            fs.delete_file(info.path)
+            continue
+        with fs.open_input_file(info.path) as stream:
+            meta = pq.ParquetFile(stream).metadata
         if meta.num_rows == 0:
-            path.unlink()
+            fs.delete_file(info.path)
             continue
         names = [meta.schema.column(i).name for i in range(meta.num_columns)]
         mins: dict[str, int] = {}
@@ -198,30 +210,32 @@ def describe_files(root: str, directory: str, state: TraceState) -> list[DataFil
                     continue
                 mins[c] = min(mins.get(c, st.min), st.min)
                 maxs[c] = max(maxs.get(c, st.max), st.max)
-        rel = path.relative_to(base).as_posix()
+        relative = posixpath.relpath(info.path, root.fs_path)
         stats = make_stats(meta.num_rows, mins, maxs)
-        files.append(DataFile(rel, path.stat().st_size, meta.num_rows, stats))
-    for extra in (base / directory).rglob("*"):
-        if extra.is_file() and not extra.name.endswith(".parquet"):
-            extra.unlink()  # checksums and markers: never referenced
+        files.append(DataFile(relative, info.size, meta.num_rows, stats))
     return files
 
 
 def read_files(
-    spark: SparkSession, root: str, state: TraceState, files: Sequence[DataFile]
+    spark: SparkSession, root: Location, state: TraceState, files: Sequence[DataFile]
 ) -> DataFrame:
     schema = stored_schema(state)
     if not files:
         return empty_frame(spark, schema)
-    return spark.read.schema(schema).parquet(*[os.path.join(root, f.path) for f in files])
+    return spark.read.schema(schema).parquet(*[(root / f.path).spark for f in files])
 
 
-def remove_files(root: str, files: Sequence[DataFile]) -> None:
-    dirs = set()
-    for f in files:
-        p = Path(root) / f.path
-        p.unlink(missing_ok=True)
-        dirs.add(p.parent)
-    for d in dirs:
-        if d.exists() and not any(d.iterdir()):
-            shutil.rmtree(d, ignore_errors=True)
+def remove_files(root: Location, paths: Sequence[str]) -> None:
+    """Delete the files at ``paths`` (relative to ``root``), and on a local disk the
+    directories they leave empty (an object store keeps no directories)."""
+    fs = root.filesystem
+    directories = set()
+    for relative in paths:
+        path = (root / relative).fs_path
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(path)
+        directories.add(posixpath.dirname(path))
+    if root.is_local:
+        for d in directories:
+            if os.path.isdir(d) and not os.listdir(d):
+                shutil.rmtree(d, ignore_errors=True)

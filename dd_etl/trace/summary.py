@@ -10,12 +10,12 @@ statistics locate, consolidated like a driver merge (``driver_merge``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dd_etl.arrow_schema import arrow_schema
+from dd_etl.lake import Location
 from dd_etl.trace import driver_merge, file_cache, spark_files
 from dd_etl.trace.arrow_files import DRIVER_KEPT_RECORDS
 from dd_etl.trace.batch import DataFile
@@ -27,18 +27,18 @@ from dd_etl.trace.state import TraceState
 LOWEST_HASH = -(1 << 63)
 
 
-def size(root: str, files: Sequence[DataFile]) -> int:
+def size(root: Location, files: Sequence[DataFile]) -> int:
     """The number of rows of the collection the files hold, every time accumulated
     (bag semantics): the sum of their diffs."""
     total = 0
     for file in files:
-        diffs = file_cache.files.read(Path(root) / file.path, [DIFF], keep=False).column(DIFF)
+        diffs = file_cache.files.read(root / file.path, [DIFF], keep=False).column(DIFF)
         total += pc.sum(diffs).as_py() or 0
     return total
 
 
 def first_rows(
-    root: str, state: TraceState, files: Sequence[DataFile], limit: int
+    root: Location, state: TraceState, files: Sequence[DataFile], limit: int
 ) -> pa.Table | None:
     """Up to ``limit`` rows of the collection the files hold, every time accumulated,
     each repeated by its multiplicity: those of the keys with the smallest hashes.
@@ -69,7 +69,7 @@ def _starts_below(file: DataFile, bound: int | None) -> bool:
 
 
 def _accumulated(
-    root: str,
+    root: Location,
     state: TraceState,
     files: Sequence[DataFile],
     bound: int | None,
@@ -84,7 +84,7 @@ def _accumulated(
     types = arrow_schema(spark_files.stored_schema(state))
     parts = []
     for file in files:
-        table = file_cache.files.read(Path(root) / file.path, columns, keep=False)
+        table = file_cache.files.read(root / file.path, columns, keep=False)
         table = table.select(columns)
         if bound is not None:
             table = table.filter(pc.less(table.column(KEY_HASH), bound))

@@ -118,10 +118,10 @@ def traces(root: Path) -> dict[str, Counter[Row]]:
     held = {}
     for path in find_traces(warehouse):
         updates: Counter[Row] = Counter()
-        for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist():
+        for r in DeltaTable(path.uri).to_pyarrow_table().to_pylist():
             diff = r.pop(DIFF)
             updates[norm(tuple(v for _, v in sorted(r.items())))] += diff
-        held[str(path.relative_to(warehouse))] = +updates
+        held[str(path.path.relative_to(warehouse))] = +updates
     return held
 
 
@@ -129,7 +129,7 @@ def batches(root: Path) -> dict[str, int]:
     """How many batches each trace of the pipeline at ``root`` holds."""
     warehouse = root / "wh"
     return {
-        str(path.relative_to(warehouse)): len(delta_log.load(str(path)).state.batches)
+        str(path.path.relative_to(warehouse)): len(delta_log.load(path).state.batches)
         for path in find_traces(warehouse)
     }
 
