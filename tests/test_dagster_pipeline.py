@@ -142,7 +142,7 @@ def test_ticks_materialize_assets_with_lineage_metadata_and_checks(
 
 
 def test_one_tick_at_a_time_per_pipeline(tmp_path: Path) -> None:
-    pipeline: Any = SimpleNamespace(name="e2e", warehouse=tmp_path)
+    pipeline: Any = SimpleNamespace(name="e2e", warehouse=Location.of(tmp_path))
 
     def another_tick() -> None:
         with tick_lock(pipeline):
