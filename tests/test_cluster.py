@@ -29,6 +29,7 @@ from tests.support import tpch_pipeline as tpch
 from tests.support.cluster_pipelines import (
     JOIN_SINKS,
     JOIN_VIEWS,
+    TAXI_VIEWS,
     cli,
     join_pipeline,
     outcome,
@@ -36,6 +37,8 @@ from tests.support.cluster_pipelines import (
     taxi_pipeline,
 )
 from tests.support.pipeline_fixtures import change_data
+from tests.support.s3_pipelines import credentials, on_store, upload
+from tests.support.s3_server import S3Server
 from tests.support.sql_oracle import duckdb_results, mismatches
 from tests.support.tpch import DDL
 from tests.support.tpch_data import QUERIES, SEED, history_of, tables_after
@@ -52,7 +55,6 @@ SUBMIT_ARGS = (
     '--driver-java-options "-XX:TieredStopAtLevel=1" '
     "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell"
 )
-TAXI_VIEWS = ["fares_by_passengers", "trips_by_borough", "reachable_from_zone_1"]
 TAXI_SINKS = {
     "fares_by_passengers": "out/fares_by_passengers",
     "trips_by_borough": "out/trips_by_borough",
@@ -210,16 +212,27 @@ JOIN_EPOCHS = 2  # the load, then trips and zones changed
 
 
 def test_join_aggregate_and_recursion_on_a_cluster_equal_local(
-    cluster: Path, spark: SparkSession, tmp_path: Path
+    cluster: Path,
+    spark: SparkSession,
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cluster_file = join_pipeline(tmp_path / "cluster", "../data")
+    """The cluster's pipeline keeps its warehouse, sources and sinks on S3: the
+    driver and the executors share no disk but the store."""
+    credentials(s3_server, monkeypatch)
+    bucket = s3_server.bucket()
+    cluster_file = on_store(join_pipeline(tmp_path / "cluster", "data"), s3_server, bucket)
     local_file = join_pipeline(tmp_path / "local", "../data")
     for epoch in range(JOIN_EPOCHS):
         change_data(tmp_path, epoch)
+        upload(tmp_path / "data", s3_server, bucket)
         run_both(cluster, cluster_file, local_file, epoch)
     views = list(JOIN_VIEWS)
-    got = outcome(cluster_file, views, JOIN_SINKS, JOIN_EPOCHS)
+    on_s3 = {k: f"s3://{bucket}/{v}" for k, v in JOIN_SINKS.items()}
+    got = outcome(cluster_file, views, on_s3, JOIN_EPOCHS)
     expected = outcome(local_file, views, JOIN_SINKS, JOIN_EPOCHS)
+    assert sorted(p.name for p in cluster_file.parent.iterdir()) == ["pipeline.yaml"]
     assert expected["last tick"] == JOIN_EPOCHS - 1
     assert all(expected[f"{view}@{JOIN_EPOCHS - 1}"] for view in views)  # none is empty
     assert_same(got, expected)

@@ -4,12 +4,18 @@ same create-only objects an object store gives)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from dd_etl.errors import StoreError
 from dd_etl.lake import Location, StoreOptions
 from dd_etl.lake.documents import read_document, replace_document
+from dd_etl.lake.failures import store_failure
 from dd_etl.lake.lease import Lease, LeaseHeld
 from dd_etl.lake.location import LocationError
 from dd_etl.lake.objects import create, listing
@@ -115,3 +121,90 @@ def test_a_lease_has_one_holder_until_its_term_is_over(tmp_path: Path) -> None:
     a.acquire()
     # old generations are deleted as new ones are written: the lease stays small
     assert len(list(listing(where))) <= 3
+
+
+OBJECT_STORE_RESET = (
+    "Generic S3 error\n"
+    "  \x1b[31m↳\x1b[0m Error performing PUT http://127.0.0.1:9000/b/wh/_delta_log/"
+    "00000000000000000004.json in 4ms - HTTP error\n"
+    "   \x1b[31m↳\x1b[0m error sending request\n"
+    "    \x1b[31m↳\x1b[0m Connection reset by peer (os error 104)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "place", "said"),
+    [
+        (
+            OSError(OBJECT_STORE_RESET),
+            "http://127.0.0.1:9000/b/wh/_delta_log/00000000000000000004.json",
+            "(Generic S3 error: Connection reset by peer (os error 104))",
+        ),
+        (
+            OSError(
+                "When uploading part for key 'wh/x.parquet' in bucket 'b': AWS Error "
+                "NETWORK_CONNECTION during UploadPart operation: curlCode: 28"
+            ),
+            "s3://b/wh/x.parquet",
+            "AWS Error NETWORK_CONNECTION during UploadPart",
+        ),
+        (
+            RuntimeError(
+                "org.apache.hadoop.fs.s3a.AWSBadRequestException: getFileStatus on "
+                "s3a://b/wh/views/v/part-0.parquet: 400"
+            ),
+            "s3a://b/wh/views/v/part-0.parquet",
+            "AWSBadRequestException",
+        ),
+    ],
+)
+def test_a_stores_failure_names_the_place_and_the_root_cause(
+    error: Exception, place: str, said: str
+) -> None:
+    wrapped = RuntimeError("the run failed")
+    wrapped.__cause__ = error
+    found = store_failure(wrapped)
+    assert isinstance(found, StoreError) and found.exit_code == 5
+    assert found.store == place
+    assert said in str(found) and "run again" in str(found)
+    assert "\x1b" not in str(found) and "↳" not in str(found)
+
+
+def test_other_errors_are_not_a_stores() -> None:
+    assert store_failure(ValueError("column 'x' not found")) is None
+
+
+def test_a_lease_of_a_process_that_ended_on_this_machine_is_free_at_once(
+    tmp_path: Path,
+) -> None:
+    where = Location.of(tmp_path / "lease")
+    take = (
+        "import sys, time\n"
+        "from dd_etl.lake import Location\n"
+        "from dd_etl.lake.lease import Lease\n"
+        f"Lease(Location.of({str(where.path)!r})).acquire()\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[1]))\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", take, "60"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with pytest.raises(LeaseHeld, match=f"process {holder.pid} on "):
+        Lease(where).acquire()  # alive, its term not over
+    holder.kill()
+    holder.wait()
+    Lease(where).acquire()  # killed, and this machine can tell: no term to wait out
+    other_machine = Lease(where).current()
+    assert other_machine is not None and other_machine.process is not None
+    # another machine's process (another boot) is trusted until its term is over
+    Path(where.path / f"{other_machine.generation + 1:020d}.json").write_text(
+        json.dumps(
+            {
+                "holder": "process 1 elsewhere",
+                "token": "t",
+                "expires": time.time() + 60,
+                "process": {"boot": "another", "pid": 999999, "started": 1},
+            }
+        )
+    )
+    with pytest.raises(LeaseHeld, match="process 1 elsewhere"):
+        Lease(where).acquire()

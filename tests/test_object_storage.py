@@ -5,34 +5,44 @@ local disk but Spark's scratch space."""
 
 from __future__ import annotations
 
-import json
+import datetime
+import signal
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
+import dagster as dg
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.lake import Location, StoreOptions
 from dd_etl.lake.lease import Lease, LeaseHeld
 from dd_etl.lattice import Antichain
-from dd_etl.pipeline.config import load_config
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.maintenance import find_traces
-from tests.support.cluster_pipelines import JOIN_VIEWS, cli, join_pipeline
+from tests.support.child_process import dd_etl_process
+from tests.support.cluster_pipelines import (
+    JOIN_SINKS,
+    JOIN_VIEWS,
+    TAXI_VIEWS,
+    cli,
+    join_pipeline,
+    outcome,
+    taxi_generator,
+    taxi_pipeline,
+    view_at,
+)
 from tests.support.faulty_proxy import Fault, proxying
 from tests.support.kv_trace import SCHEMA, contents, frame
-from tests.support.pipeline_fixtures import bag, change_data
+from tests.support.pipeline_fixtures import change_data
+from tests.support.s3_pipelines import SECRET_ENV, credentials, keys, on_store, upload
 from tests.support.s3_server import S3Server
 
 pytestmark = pytest.mark.spark
-
-KEY_ENV, SECRET_ENV = "DD_ETL_TEST_S3_KEY", "DD_ETL_TEST_S3_SECRET"
 
 
 def location(server: S3Server, path: str) -> Location:
@@ -71,100 +81,47 @@ def e(epoch: int) -> Antichain:
     return Antichain.from_epoch(epoch)
 
 
-def s3_pipeline(directory: Path, server: S3Server, bucket: str) -> Path:
-    """``join_pipeline`` with its warehouse, sources and sinks in ``bucket``, its
-    credentials from the environment."""
-    local = join_pipeline(directory, "data")
-    text = local.read_text()
-    text = text.replace("warehouse: warehouse", f"warehouse: s3://{bucket}/warehouse")
-    text = text.replace("path: data/", f"path: s3a://{bucket}/data/")
-    text = text.replace("path: out/", f"path: s3://{bucket}/out/")
-    options = {
-        "AWS_ENDPOINT_URL": server.endpoint,
-        "AWS_REGION": server.region,
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_ACCESS_KEY_ID": f"${{{KEY_ENV}}}",
-        "AWS_SECRET_ACCESS_KEY": f"${{{SECRET_ENV}}}",
-    }
-    text += "storage_options:\n" + "".join(f"  {k}: '{v}'\n" for k, v in options.items())
-    local.write_text(text)
-    return local
-
-
-def upload(source: Path, server: S3Server, bucket: str) -> None:
-    """The source data written locally, copied to the bucket as it is now."""
-    s3 = pafs.S3FileSystem(**StoreOptions.of(server.storage_options()).pyarrow_s3())
-    pafs.copy_files(str(source), f"{bucket}/data", destination_filesystem=s3)
-
-
-def outcome(pipeline: Path, epochs: int, sinks: dict[str, Location]) -> dict[str, Any]:
-    found: dict[str, Any] = {
-        f"{view}@{epoch}": bag(
-            json.loads(cli("read", str(pipeline), view, "--format", "json", "--as-of", str(epoch)))
-        )
-        for view in JOIN_VIEWS
-        for epoch in range(epochs)
-    }
-    for name, where in sinks.items():
-        table = DeltaTable(where.uri, storage_options=where.delta_options)
-        found[name] = bag(table.to_pyarrow_table().to_pylist())
-        found[f"{name} commits"] = [
-            h["dd_etl.epoch"] for h in reversed(table.history()) if "dd_etl.epoch" in h
-        ]
-    status = json.loads(cli("status", str(pipeline), "--json"))
-    found["last tick"] = status["last_tick"]["epoch"]
-    return found
+def outcomes(
+    local: Path, remote: Path, bucket: str, epochs: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the local pipeline left, and what the same pipeline on S3 left."""
+    views = list(JOIN_VIEWS)
+    on_s3 = {k: f"s3://{bucket}/{v}" for k, v in JOIN_SINKS.items()}
+    return outcome(local, views, JOIN_SINKS, epochs), outcome(remote, views, on_s3, epochs)
 
 
 def test_a_pipeline_on_s3_equals_the_same_pipeline_on_a_local_disk(
     spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(KEY_ENV, s3_server.access_key)
-    monkeypatch.setenv(SECRET_ENV, s3_server.secret_key)
+    credentials(s3_server, monkeypatch)
     bucket = s3_server.bucket()
     data = tmp_path / "data"
     local = join_pipeline(tmp_path / "local", "../data")
-    remote = s3_pipeline(tmp_path / "remote", s3_server, bucket)
+    remote = on_store(join_pipeline(tmp_path / "remote", "data"), s3_server, bucket)
     epochs = 2  # a load, and an epoch of inserts, updates and deletes
     for epoch in range(epochs):
         change_data(tmp_path, epoch)
         upload(data, s3_server, bucket)
         cli("run", str(local))
         cli("run", str(remote))
-    options = load_config(remote).locations()[0].options
-    sinks = {
-        "boroughs": "out/boroughs",
-        "boroughs_changes": "out/boroughs_changes",
-    }
-    expected = outcome(
-        local, epochs, {k: Location.of(tmp_path / "local" / v) for k, v in sinks.items()}
-    )
-    got = outcome(
-        remote, epochs, {k: Location.of(f"s3://{bucket}/{v}", options) for k, v in sinks.items()}
-    )
+    expected, got = outcomes(local, remote, bucket, epochs)
     assert got == expected
     assert expected["boroughs commits"] == [str(e) for e in range(epochs)]
     # nothing on the local disk: the remote pipeline's directory holds its file alone
     assert sorted(p.name for p in (tmp_path / "remote").iterdir()) == ["pipeline.yaml"]
-    listed = Counter(p.split("/")[0] for p in _keys(s3_server, bucket))
+    listed = Counter(p.split("/")[0] for p in keys(s3_server, bucket))
     assert set(listed) == {"data", "out", "warehouse"}
-
-
-def _keys(server: S3Server, bucket: str) -> list[str]:
-    s3 = pafs.S3FileSystem(**StoreOptions.of(server.storage_options()).pyarrow_s3())
-    found = s3.get_file_info(pafs.FileSelector(bucket, recursive=True))
-    return [f.path.removeprefix(f"{bucket}/") for f in found if f.type == pafs.FileType.File]
 
 
 def run(pipeline: Path, code: int = 0) -> str:
     """``dd-etl run`` in this process: its standard error, the exit status checked."""
     result = CliRunner().invoke(app, ["run", str(pipeline)])
-    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert result.exit_code == code, (result.stdout, result.stderr, repr(result.exception))
     return result.stderr
 
 
-def _warehouse_keys(server: S3Server, bucket: str) -> list[str]:
-    return [k for k in _keys(server, bucket) if k.startswith("warehouse/")]
+def warehouse_keys(server: S3Server, bucket: str) -> list[str]:
+    return [k for k in keys(server, bucket) if k.startswith("warehouse/")]
 
 
 @pytest.mark.parametrize("wrong", ["bucket", "secret", "endpoint", "conditional writes"])
@@ -175,13 +132,12 @@ def test_a_store_that_says_no_is_one_error_naming_it_and_nothing_is_committed(
     monkeypatch: pytest.MonkeyPatch,
     wrong: str,
 ) -> None:
-    monkeypatch.setenv(KEY_ENV, s3_server.access_key)
-    monkeypatch.setenv(SECRET_ENV, s3_server.secret_key)
+    credentials(s3_server, monkeypatch)
     bucket = s3_server.bucket()
     change_data(tmp_path, 0)
     upload(tmp_path / "data", s3_server, bucket)
     with proxying(s3_server.endpoint) as proxy:
-        pipeline = s3_pipeline(tmp_path / "remote", s3_server, bucket)
+        pipeline = on_store(join_pipeline(tmp_path / "remote", "data"), s3_server, bucket)
         text = pipeline.read_text()
         if wrong == "bucket":
             text = text.replace(f"warehouse: s3://{bucket}/", "warehouse: s3://no-such-bucket/")
@@ -194,14 +150,15 @@ def test_a_store_that_says_no_is_one_error_naming_it_and_nothing_is_committed(
             said = "does not answer at http://127.0.0.1:1: check AWS_ENDPOINT_URL"
         else:
             text = text.replace(s3_server.endpoint, proxy.endpoint)
-            proxy.faults.append(Fault("no_conditions", method="PUT", times=-1))
+            proxy.inject(Fault("no_conditions", method="PUT", times=-1))
             said = "does not support conditional writes"
         pipeline.write_text(text)
         error = run(pipeline, code=5)
     assert said in error and "the object store at s3://" in error
     assert len(error.strip().splitlines()) == 1
-    assert _warehouse_keys(s3_server, bucket) in ([], ["warehouse/_pipeline/probes"])
-    assert not [k for k in _warehouse_keys(s3_server, bucket) if "_delta_log" in k]
+    # no commit: at most the probe's key and the cache of the sources' schemas
+    kept = {"warehouse/_pipeline/probes", "warehouse/_pipeline/schemas.json"}
+    assert set(warehouse_keys(s3_server, bucket)) <= kept
 
 
 def test_racing_for_the_lease_one_process_wins(s3_server: S3Server) -> None:
@@ -221,3 +178,137 @@ def test_racing_for_the_lease_one_process_wins(s3_server: S3Server) -> None:
     winner = leases[won.index(True)]
     current = winner.current()
     assert current is not None and current.holder == winner.holder
+
+
+# Each epoch's run goes through the proxy with these faults; a run either finishes
+# or fails with the store named (status 5), and the run after it, without faults,
+# converges.
+FAULTS_BY_EPOCH = [
+    # the load: logs slow to read, a trace's creation lands and its answer is lost
+    [
+        Fault("slow", method="GET", path="/_delta_log/", times=5, seconds=1.5),
+        Fault("reset_after", method="PUT", path="/views/walks/_delta_log/0000000000000000000"),
+    ],
+    # the sink's writes refused twice (the client retries); a view's trace commit
+    # lands, its answer is lost
+    [
+        Fault("503", method="PUT", path="/out/", times=2),
+        Fault("reset_after", method="PUT", path="/warehouse/views/boroughs/_delta_log/"),
+    ],
+    # the tick's own record lands, its answer is lost
+    [Fault("reset_after", method="PUT", path="/warehouse/_pipeline/last_tick.json")],
+]
+
+
+def test_a_pipeline_converges_through_resets_503s_and_slow_answers(
+    spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    credentials(s3_server, monkeypatch)
+    bucket = s3_server.bucket()
+    local = join_pipeline(tmp_path / "local", "../data")
+    with proxying(s3_server.endpoint) as proxy:
+        remote = join_pipeline(tmp_path / "remote", "data")
+        on_store(remote, s3_server, bucket, endpoint=proxy.endpoint)
+        for epoch, faults in enumerate(FAULTS_BY_EPOCH):
+            change_data(tmp_path, epoch)
+            upload(tmp_path / "data", s3_server, bucket)
+            cli("run", str(local))
+            proxy.inject(*faults)
+            result = CliRunner().invoke(app, ["run", str(remote)])
+            assert result.exit_code in (0, 5), (result.stdout, result.stderr)
+            assert all(f.hits for f in proxy.faults()), proxy.faults()
+            proxy.inject()
+            if result.exit_code == 5:
+                error = result.stderr.strip().splitlines()[-1]
+                assert error.startswith("error: the object store at http://"), result.stderr
+                assert "Connection reset by peer" in error and "run again" in error
+                run(remote)  # converges: the epoch the failed run left is finished
+        expected, got = outcomes(local, remote, bucket, len(FAULTS_BY_EPOCH))
+    assert got == expected
+
+
+# Each epoch's first run is killed (SIGKILL) at a failpoint; the next completes it.
+CRASHES_BY_EPOCH = [
+    "append.files_written=4",  # the load: batch files on the store, in no log yet
+    "append.committed=3",  # some traces took the epoch, others not
+    "sink.files_written=1",  # the table's files written, not committed
+]
+
+
+def test_runs_killed_or_racing_on_s3_commit_each_epoch_once(
+    spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    credentials(s3_server, monkeypatch)
+    bucket = s3_server.bucket()
+    local = join_pipeline(tmp_path / "local", "../data")
+    remote = on_store(join_pipeline(tmp_path / "remote", "data"), s3_server, bucket)
+    for epoch, failpoint in enumerate(CRASHES_BY_EPOCH):
+        change_data(tmp_path, epoch)
+        upload(tmp_path / "data", s3_server, bucket)
+        cli("run", str(local))
+        killed = dd_etl_process("run", str(remote), failpoints=failpoint)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert f"completed interrupted epoch {epoch}" in run(remote)
+
+    # two processes racing for the next epoch, sharing nothing but the store: the
+    # lease lets one tick at a time (the other says so, status 3, or ticks after)
+    change_data(tmp_path, len(CRASHES_BY_EPOCH))
+    upload(tmp_path / "data", s3_server, bucket)
+    with ThreadPoolExecutor(2) as pool:
+        racers = list(pool.map(lambda _: dd_etl_process("run", str(remote)), range(2)))
+    codes = sorted(r.returncode for r in racers)
+    assert codes in ([0, 0], [0, 3]), [r.stderr[-2000:] for r in racers]
+    for refused in (r for r in racers if r.returncode == 3):
+        assert "another tick of pipeline 'cluster_join' is running" in refused.stderr
+    for _ in range(codes.count(0)):
+        cli("run", str(local))
+
+    epochs = len(CRASHES_BY_EPOCH) + codes.count(0)
+    expected, got = outcomes(local, remote, bucket, epochs)
+    assert got == expected
+    assert got["boroughs commits"] == [str(e) for e in range(epochs)]
+
+
+def test_dagster_ticks_backfills_and_audits_the_demo_on_s3(
+    spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's code location with its warehouse, sources and sinks on S3: the
+    tick schedule sees new data on the store, ticks run, a rebuild backfill and
+    the audit's checks pass, every view equal to the demo on a local disk."""
+    credentials(s3_server, monkeypatch)
+    bucket = s3_server.bucket()
+    generate = taxi_generator().generate
+    remote = on_store(taxi_pipeline(tmp_path / "remote", "data"), s3_server, bucket)
+    local = taxi_pipeline(tmp_path / "local", "../data")
+    defs = pipeline_definitions([remote], spark=SparkResource(), tick_cron="0 * * * *")
+    schedule = defs.resolve_schedule_def("taxi_tick_schedule")
+    with dg.instance_for_test() as instance:
+
+        def due() -> list[dg.RunRequest]:
+            now = datetime.datetime.now(datetime.UTC)
+            context = dg.build_schedule_context(instance, scheduled_execution_time=now)
+            return list(schedule.evaluate_tick(context).run_requests or [])
+
+        for epoch in range(2):
+            generate(tmp_path / "data", epoch, 100)
+            upload(tmp_path / "data", s3_server, bucket)
+            (request,) = due()
+            assert "has new data" in request.tags["dd_etl/reason"]
+            tick = defs.resolve_job_def("taxi_tick").execute_in_process(
+                instance=instance, tags=request.tags
+            )
+            assert tick.success and all(e.passed for e in tick.get_asset_check_evaluations())
+            cli("run", str(local))
+        assert due() == []  # nothing new on the store: the schedule skips
+
+        config = {"ops": {"taxi_rebuild_op": {"config": {"views": ["trips_by_borough"]}}}}
+        rebuilt = defs.resolve_job_def("taxi_rebuild").execute_in_process(
+            instance=instance, run_config=config
+        )
+        assert rebuilt.output_for_node("taxi_rebuild_op") == ["trips_by_borough"]
+        audit = defs.resolve_job_def("taxi_audit").execute_in_process(instance=instance)
+        audited = audit.get_asset_check_evaluations()
+        assert audited and all(e.passed for e in audited)
+    for view in TAXI_VIEWS:
+        assert view_at(remote, view, 1) == view_at(local, view, 1), view
+    assert sorted(p.name for p in remote.parent.iterdir()) == ["pipeline.yaml"]

@@ -7,10 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,21 +16,10 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from tests.support.child_process import dd_etl_process
 from tests.support.pipeline_fixtures import bag, change_data, oracle, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def dd_etl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from dd_etl.cli import app; app()", *args],
-        cwd=ROOT,
-        env={**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 @pytest.mark.parametrize("failpoint", ["append.committed=1", "sink.files_written=1"])
@@ -44,7 +30,7 @@ def test_a_killed_tick_is_completed_by_the_next_run(
     change_data(tmp_path, 0)
     assert CliRunner().invoke(app, ["run", str(pipeline)]).exit_code == 0
     change_data(tmp_path, 1)
-    killed = dd_etl("run", str(pipeline), env={"DD_ETL_FAILPOINTS": failpoint})
+    killed = dd_etl_process("run", str(pipeline), failpoints=failpoint)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
 
     result = CliRunner().invoke(app, ["run", str(pipeline)])
@@ -65,7 +51,7 @@ def test_a_killed_tick_is_completed_by_the_next_run(
     if failpoint.startswith("sink"):
         return
     # a separate process: standard output carries the CSV and nothing else
-    read = dd_etl("read", str(pipeline), "zoned", "--format", "csv")
+    read = dd_etl_process("read", str(pipeline), "zoned", "--format", "csv")
     assert read.returncode == 0, read.stderr[-3000:]
     rows = list(csv.DictReader(io.StringIO(read.stdout)))
     assert bag([{"borough": r["borough"], "trip_id": int(r["trip_id"])} for r in rows]) == oracle(

@@ -18,11 +18,8 @@ the sources as they are now. Then rebuilds are killed at each discard
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Collection
 from pathlib import Path
@@ -39,10 +36,10 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from tests.support.child_process import dd_etl_process
 from tests.support.trace_rows import view_contents
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parent.parent
 
 VIEWS = {
     "by_cust": "SELECT cust, COUNT(*) AS n, SUM(amount) AS total, MIN(amount) AS lo, "
@@ -71,18 +68,6 @@ def cli(*args: str, code: int = 0) -> str:
     result = CliRunner().invoke(app, list(args))
     assert result.exit_code == code, (args, result.stdout, result.stderr)
     return result.stdout + result.stderr
-
-
-def dd_etl(*args: str, failpoints: str) -> subprocess.CompletedProcess[str]:
-    """A ``dd-etl`` command in a process of its own, killed at ``failpoints``."""
-    return subprocess.run(
-        [sys.executable, "-c", "from dd_etl.cli import app; app()", *args],
-        cwd=ROOT,
-        env={**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", "DD_ETL_FAILPOINTS": failpoints},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 class Lake:
@@ -304,7 +289,7 @@ def test_rebuilds_killed_at_each_discard_are_completed_by_the_next_run(
     cli("run", str(pipeline))
 
     # `rebuild joined` discards joined, then by_region, which reads it
-    killed = dd_etl("rebuild", str(pipeline), "joined", failpoints="trace.discarded=1")
+    killed = dd_etl_process("rebuild", str(pipeline), "joined", failpoints="trace.discarded=1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     lake.change()
     cli("run", str(pipeline))
@@ -316,7 +301,7 @@ def test_rebuilds_killed_at_each_discard_are_completed_by_the_next_run(
     lake.change()
     cli("run", str(pipeline), code=4)
     cli("rebuild", str(pipeline), "--source", "orders")
-    killed = dd_etl("run", str(pipeline), failpoints="trace.discarded=3")
+    killed = dd_etl_process("run", str(pipeline), failpoints="trace.discarded=3")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     said = cli("run", str(pipeline))
     assert "a source it reads started over" in said, said

@@ -25,12 +25,16 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from dd_etl import spark_connect
+from dd_etl.lake import Location
 from dd_etl.pipeline import open_pipeline
+from dd_etl.pipeline.config import load_config
 from dd_etl.pipeline.tick import run_tick
 from dd_etl.spark_driver.connect import calls_not_deterministic, range_splits, size_in_bytes
 from dd_etl.trace.maintenance import maintain_warehouse
 from tests.support import tpch_pipeline as tpch
 from tests.support.pipeline_fixtures import BY_PC_SQL, change_data, write_pipeline
+from tests.support.s3_pipelines import credentials, on_store, upload
+from tests.support.s3_server import S3Server
 from tests.support.sql_oracle import duckdb_results, mismatches
 from tests.support.tpch import DDL
 from tests.support.tpch_data import QUERIES, SEED, history_of, tables_after
@@ -51,7 +55,11 @@ def free_port() -> int:
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     state = tmp_path_factory.mktemp("connect_server")
     url = spark_connect.start(
-        state, port=free_port(), master="local[2]", conf={"spark.ui.enabled": "false"}
+        state,
+        port=free_port(),
+        master="local[2]",
+        conf={"spark.ui.enabled": "false"},
+        object_storage=True,
     )
     try:
         yield url
@@ -121,8 +129,9 @@ def rounded(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> Counter[s
     )
 
 
-def table_rows(path: Path) -> Counter[str]:
-    return rounded(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+def table_rows(where: Location) -> Counter[str]:
+    table = DeltaTable(where.uri, storage_options=where.delta_options)
+    return rounded(table.to_pyarrow_table().to_pylist())
 
 
 def test_plans_read_as_spark_explains_them() -> None:
@@ -150,11 +159,21 @@ def test_an_unreachable_connect_server_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_the_taxi_pipeline_over_spark_connect_equals_classic_spark(
-    connect_url: str, spark: SparkSession, tmp_path: Path
+    connect_url: str,
+    spark: SparkSession,
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    remote, classic = taxi_copy(tmp_path / "remote"), taxi_copy(tmp_path / "classic")
+    """The Connect side keeps its warehouse, sources and sinks on S3: the server
+    and its client share no disk; the classic side keeps them on the local disk."""
+    credentials(s3_server, monkeypatch)
+    bucket = s3_server.bucket()
+    remote = on_store(taxi_copy(tmp_path / "remote"), s3_server, bucket)
+    classic = taxi_copy(tmp_path / "classic")
     for epoch in range(2):
-        generate(remote.parent, epoch)
+        generate(tmp_path / "staged", epoch)
+        upload(tmp_path / "staged" / "data", s3_server, bucket)
         if epoch == 1:  # killed after its third trace commit, then completed
             killed = dd_etl(connect_url, "run", str(remote), DD_ETL_FAILPOINTS="append.committed=3")
             assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -173,9 +192,9 @@ def test_the_taxi_pipeline_over_spark_connect_equals_classic_spark(
         rows = [[r.asDict() for r in p.runtime.read(view).collect()] for p in (written, expected)]
         assert rounded(rows[0]) == rounded(rows[1]), view
     for sink in SINKS:
-        assert table_rows(remote.parent / "out" / sink) == table_rows(
-            classic.parent / "out" / sink
-        ), sink
+        on_s3 = load_config(remote).location(sink, f"s3://{bucket}/out/{sink}")
+        local = Location.of(classic.parent / "out" / sink)
+        assert table_rows(on_s3) == table_rows(local), sink
     # the other commands, in one Connect client (a process each would start one)
     p = str(remote)
     said = commands(
@@ -205,6 +224,7 @@ def test_the_taxi_pipeline_over_spark_connect_equals_classic_spark(
     reachable = [r.asDict() for r in expected.runtime.read("reachable_from_zone_1").collect()]
     assert rounded(json.loads(reach)) == rounded(reachable)
     assert json.loads(status)["last_tick"]["epoch"] == 2  # the run after the rebuild
+    assert sorted(p.name for p in remote.parent.iterdir()) == ["pipeline.yaml"]
 
 
 COMMANDS_SCRIPT = textwrap.dedent(

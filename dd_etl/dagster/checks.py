@@ -47,9 +47,8 @@ def invariants_result(pipeline: Pipeline, table: str) -> dg.AssetCheckResult:
     from dd_etl.trace.errors import TraceNotFound
 
     node = pipeline.flow.sources.get(table) or pipeline.flow.views[table]
-    uri = str(pipeline.warehouse / str(node.trace_name))
     try:
-        report = audit(uri)
+        report = audit(pipeline.warehouse / str(node.trace_name))
     except TraceNotFound:
         return dg.AssetCheckResult(
             asset_key=asset_key(pipeline.name, table),

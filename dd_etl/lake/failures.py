@@ -16,6 +16,9 @@ from dd_etl.lake.location import Location
 
 REQUEST = re.compile(r"Error performing (?:GET|PUT|HEAD|DELETE|POST) (https?://[^\s?]+)")
 """object_store's (so delta-rs's) account of a failed request, with its URL."""
+PYARROW_KEY = re.compile(r"key '([^']+)' in bucket '([^']+)'")
+URI = re.compile(r"\b(?:s3a?|gs|abfss?)://[^\s'\"]+")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SIGNS = (
     REQUEST,
     re.compile(r"Generic S3 error"),
@@ -55,18 +58,35 @@ def store_failure(error: BaseException) -> StoreError | None:
     where the error gives it."""
     if isinstance(error, StoreError):
         return error
-    text = "\n".join(error_texts(error))
-    if not any(sign.search(text) for sign in SIGNS):
-        return None
-    request = REQUEST.search(text)
-    return _failed(request[1] if request else "dd_etl talked to", text)
+    text = next((t for t in error_texts(error) if any(s.search(t) for s in SIGNS)), None)
+    return None if text is None else _failed(_place(text), text)
+
+
+def _place(text: str) -> str:
+    """The request's URL (object_store), the bucket and key (pyarrow) or the URI
+    (Hadoop) that an error names."""
+    if request := REQUEST.search(text):
+        return request[1]
+    if key := PYARROW_KEY.search(text):
+        return f"s3://{key[2]}/{key[1]}"
+    if uri := URI.search(text):
+        return uri[0].rstrip(":,.;)")
+    return "the pipeline's settings name"
 
 
 def _failed(store: str, text: str) -> StoreError:
-    said = next((line.strip() for line in text.splitlines() if line.strip()), "no answer")
+    said = ": ".join(_said(text)) or "no answer"
     return StoreError(
         store,
         f"failed a request ({said})",
         "whatever was being committed either landed or did not, and the next run reads "
         "the store again and continues from what it holds: run again",
     )
+
+
+def _said(text: str) -> list[str]:
+    """An error's first line and, where object_store nests it several lines under
+    (``↳ Connection reset by peer``), its root cause."""
+    lines = [ANSI.sub("", line).strip() for line in text.splitlines()]
+    causes = [line.lstrip("↳ ") for line in lines if line.startswith("↳")]
+    return [line for line in lines if line][:1] + causes[-1:]

@@ -7,7 +7,9 @@ exactly one succeeds. The newest generation says who holds the lease and until
 when. Taking it over, renewing it and releasing it all write the next
 generation: a holder that was taken over from (it failed to renew in time)
 finds its renewal refused and knows it lost the lease. A killed holder stops
-renewing, and the lease is free once its term is over.
+renewing, and the lease is free once its term is over, or at once for a process
+of the same machine that can see the holder has ended (Linux: the same boot, and
+no process with the holder's id and start time).
 
 Terms are judged by the clocks of the machines involved: they must agree to
 within a small part of a term (as NTP keeps them).
@@ -22,7 +24,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from dd_etl.errors import PipelineError
 from dd_etl.lake import objects
@@ -42,13 +45,47 @@ class LeaseHeld(PipelineError):
 
 
 @dataclass(frozen=True)
+class Process:
+    """A process, told apart from every other one: a machine's boot, and a process
+    id with its start time (an id is reused, the pair is not)."""
+
+    boot: str
+    pid: int
+    started: int
+
+    @staticmethod
+    def this() -> Process | None:
+        return Process.on_this_machine(os.getpid())
+
+    @staticmethod
+    def on_this_machine(pid: int) -> Process | None:
+        """Process ``pid`` of this machine; None when it is not running (or a zombie)
+        or this system does not say (no ``/proc``)."""
+        try:
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        state, started = stat[0], int(stat[19])  # fields 3 and 22 of proc(5)
+        return None if state == "Z" else Process(boot, pid, started)
+
+    def ended(self) -> bool:
+        """Whether this machine can tell that the process has ended."""
+        here = Process.this()
+        if here is None or here.boot != self.boot:
+            return False  # another machine's, or this one's since a reboot: its term says
+        return Process.on_this_machine(self.pid) != self
+
+
+@dataclass(frozen=True)
 class Term:
     holder: str
     expires: float
     generation: int
+    process: Process | None = None
 
     def free(self, now: float) -> bool:
-        return self.expires <= now
+        return self.expires <= now or (self.process is not None and self.process.ended())
 
 
 class Lease:
@@ -104,14 +141,28 @@ class Lease:
             data = objects.read(self._at(generation))
             if data is not None:  # else deleted as we listed: an older one is newest
                 written = json.loads(data)
-                return Term(written["holder"], float(written["expires"]), generation)
+                process = written.get("process")
+                return Term(
+                    written["holder"],
+                    float(written["expires"]),
+                    generation,
+                    None if process is None else Process(**process),
+                )
         return None
 
     def _write(self, generation: int, expires: float) -> bool:
         """Whether this process wrote ``generation``. A put whose answer was lost
         (a timeout, a reset connection) may have been stored: what is there says."""
         at = self._at(generation)
-        text = json.dumps({"holder": self.holder, "token": self.token, "expires": expires})
+        process = Process.this()
+        text = json.dumps(
+            {
+                "holder": self.holder,
+                "token": self.token,
+                "expires": expires,
+                "process": None if process is None else asdict(process),
+            }
+        )
         try:
             created = objects.create(at, text.encode())
         except Exception:  # the outcome is unknown, not failed

@@ -196,23 +196,26 @@ def _commit(
         table.create_write_transaction(
             actions, "append", table.schema(), commit_properties=properties
         )
-    except CommitFailedError as e:
-        if open_table(where).version() != expected_version:
-            raise StaleVersion(str(e)) from e
-        raise
     except (DeltaError, OSError) as e:
-        if where.is_local:
+        refused = isinstance(e, CommitFailedError)  # the version was taken: by whom?
+        if not refused and where.is_local:
             raise
-        # a store's error (a timeout, a reset, a 5xx) after the commit was sent: it may
-        # have landed
-        return _in_doubt(where, expected_version + 1, change.state, e)
+        # else a store's error (a timeout, a reset, a 5xx) after the commit was sent:
+        # it may have landed, or the client's retry of it was refused as taken
+        if _landed(where, expected_version + 1, change.state, e):
+            return expected_version + 1
+        if refused:
+            raise
+        raise StoreError(
+            where.uri, f"failed a commit ({first_line(e)})", "nothing was committed; run again"
+        ) from e
     return expected_version + 1
 
 
-def _in_doubt(where: Location, version: int, state: TraceState, error: Exception) -> int:
-    """After ``error`` left a commit of ``version`` in doubt: the log, read back,
-    says whether it landed (``version``), or another writer's did (``StaleVersion``),
-    or none did; a store that cannot even be read leaves it to the next run."""
+def _landed(where: Location, version: int, state: TraceState, error: Exception) -> bool:
+    """Whether a commit of ``version`` whose answer was ``error`` landed, read back
+    from the log: ours (True), another writer's (``StaleVersion``), or none (False).
+    A store that cannot even be read leaves it to the next run."""
     try:
         latest = open_table(where).version()
         table = open_table(where, version) if latest >= version else None
@@ -223,12 +226,10 @@ def _in_doubt(where: Location, version: int, state: TraceState, error: Exception
             "the commit may have landed: run again, and it continues from what the log holds",
         ) from error
     if table is None:
-        raise StoreError(
-            where.uri, f"failed a commit ({first_line(error)})", "nothing was committed; run again"
-        ) from error
+        return False
     recorded_at, text = latest_recorded(table, STATE_KEY)
     if recorded_at == version and text == state.to_json():
-        return version  # it landed: the answer was lost on the way back
+        return True  # the answer was lost on the way back
     raise StaleVersion(f"{where}: another commit took version {version}") from error
 
 

@@ -51,3 +51,19 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+def dd_etl_process(
+    *args: str, failpoints: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``dd-etl ARGS`` in a process of its own on one local core, killed at
+    ``failpoints`` (none when empty)."""
+    more = {"DD_ETL_FAILPOINTS": failpoints} if failpoints else {}
+    return subprocess.run(
+        [sys.executable, "-c", "from dd_etl.cli import app; app()", *args],
+        cwd=ROOT,
+        env={**os.environ, "DD_ETL_SPARK_MASTER": "local[1]", **more, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )

@@ -17,6 +17,8 @@ from deltalake import DeltaTable
 from typer.testing import CliRunner
 
 from dd_etl.cli import app
+from dd_etl.lake import Location
+from dd_etl.pipeline.config import load_config
 from tests.support.pipeline_fixtures import bag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,9 @@ def _sub(pattern: str, replacement: str, text: str, at_least: int = 1) -> str:
     new, n = re.subn(pattern, replacement, text, flags=re.MULTILINE)
     assert n >= at_least, f"the demo's pipeline file no longer has {pattern!r}"
     return new
+
+
+TAXI_VIEWS = ["fares_by_passengers", "trips_by_borough", "reachable_from_zone_1"]
 
 
 def taxi_pipeline(directory: Path, data: str) -> Path:
@@ -119,27 +124,32 @@ def view_at(pipeline: Path, view: str, epoch: int) -> Counter[str]:
                               "--as-of", str(epoch))))  # fmt: skip
 
 
-def delta_table(path: Path) -> Counter[str]:
-    return bag(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+def delta_table(where: Location) -> Counter[str]:
+    return bag(
+        DeltaTable(where.uri, storage_options=where.delta_options).to_pyarrow_table().to_pylist()
+    )
 
 
-def committed_epochs(path: Path) -> list[str]:
+def committed_epochs(where: Location) -> list[str]:
     """The epochs of a sink's commits, in commit order (each once if exactly once)."""
-    history = DeltaTable(str(path)).history()
+    history = DeltaTable(where.uri, storage_options=where.delta_options).history()
     return [h["dd_etl.epoch"] for h in reversed(history) if "dd_etl.epoch" in h]
 
 
 def outcome(pipeline: Path, views: list[str], sinks: dict[str, str], epochs: int) -> dict[str, Any]:
     """What running ``pipeline`` left: every view at every epoch, every sink's rows
-    and the epochs it committed, the last tick's epoch."""
+    (at ``sinks``' paths, as the file would name them) and the epochs it committed,
+    the last tick's epoch."""
     found: dict[str, Any] = {
         f"{view}@{epoch}": view_at(pipeline, view, epoch)
         for view in views
         for epoch in range(epochs)
     }
+    loaded = load_config(pipeline)
     for name, path in sinks.items():
-        found[name] = delta_table(pipeline.parent / path)
-        found[f"{name} commits"] = committed_epochs(pipeline.parent / path)
+        where = loaded.location(name, path)
+        found[name] = delta_table(where)
+        found[f"{name} commits"] = committed_epochs(where)
     status = json.loads(cli("status", str(pipeline), "--json"))
     found["last tick"] = status["last_tick"]["epoch"]
     return found

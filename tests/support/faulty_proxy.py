@@ -7,24 +7,37 @@ so the proxy cannot drop it).
 
 Each fault is a ``Fault`` rule: which requests (method, a part of the path),
 what to do, how many times. Requests no rule takes pass through unchanged.
+
+The proxy is a process of its own (``python -m tests.support.faulty_proxy
+UPSTREAM``), steered by the test through ``/_faults`` (no bucket can be named so):
+a client that holds the GIL while it waits on the network (deltalake does) would
+otherwise stall a proxy running as threads of the same interpreter.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
+from tests.support.s3_server import dies_with_parent, kill_group
+
 Action = Literal["503", "slow", "reset_before", "reset_after", "no_conditions"]
+CONTROL = "/_faults"
 
 
 @dataclass
@@ -34,7 +47,7 @@ class Fault:
     path: str = ""  # a part of the path the request must have
     times: int = 1  # how many requests it takes (-1: all)
     seconds: float = 2.0  # how slow a slow answer is
-    hits: int = field(default=0, init=False)
+    hits: int = 0
 
     def takes(self, method: str, path: str) -> bool:
         if self.times >= 0 and self.hits >= self.times:
@@ -42,27 +55,92 @@ class Fault:
         return (not self.method or method == self.method) and self.path in path
 
 
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    action: Action | None
+
+
 @dataclass
 class FaultyProxy:
-    endpoint: str
-    faults: list[Fault] = field(default_factory=list)
-    seen: list[tuple[str, str, Action | None]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """The test's side: where the proxy listens, and its control path."""
 
-    def fault_for(self, method: str, path: str) -> Fault | None:
-        with self._lock:
-            fault = next((f for f in self.faults if f.takes(method, path)), None)
-            if fault is not None:
-                fault.hits += 1
-            self.seen.append((method, path, None if fault is None else fault.action))
-            return fault
+    endpoint: str
+
+    def inject(self, *faults: Fault) -> None:
+        """Replace the proxy's rules."""
+        body = json.dumps([asdict(f) for f in faults]).encode()
+        request = urllib.request.Request(self.endpoint + CONTROL, data=body, method="PUT")
+        urllib.request.urlopen(request, timeout=10).close()
+
+    def faults(self) -> list[Fault]:
+        """The rules, with how many requests each took."""
+        return [Fault(**f) for f in self._state()["faults"]]
+
+    def seen(self) -> list[Seen]:
+        """Every request passed or faulted, in order."""
+        return [Seen(**s) for s in self._state()["seen"]]  # type: ignore[arg-type]
+
+    def _state(self) -> dict[str, list[dict[str, object]]]:
+        with urllib.request.urlopen(self.endpoint + CONTROL, timeout=10) as answer:
+            state: dict[str, list[dict[str, object]]] = json.load(answer)
+            return state
 
 
 @contextmanager
 def proxying(upstream: str) -> Iterator[FaultyProxy]:
-    """A proxy of ``upstream`` (``http://host:port``) on a free port of 127.0.0.1."""
+    """A proxy of ``upstream`` (``http://host:port``) on a free port of 127.0.0.1,
+    in a process of its own, killed on exit."""
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.faulty_proxy", upstream],
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=dies_with_parent(),
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().decode().strip()
+        if not line.startswith("http://"):
+            raise RuntimeError(f"the fault proxy did not start: {line!r}")
+        yield FaultyProxy(line)
+    finally:
+        kill_group(process)
+
+
+class _Rules:
+    """The proxy process's side: rules and what was seen, shared by its threads."""
+
+    def __init__(self) -> None:
+        self.faults: list[Fault] = []
+        self.seen: list[Seen] = []
+        self.lock = threading.Lock()
+
+    def fault_for(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            fault = next((f for f in self.faults if f.takes(method, path)), None)
+            if fault is not None:
+                fault.hits += 1
+            self.seen.append(Seen(method, path, None if fault is None else fault.action))
+            return fault
+
+    def state(self) -> bytes:
+        with self.lock:
+            return json.dumps(
+                {"faults": [asdict(f) for f in self.faults], "seen": [asdict(s) for s in self.seen]}
+            ).encode()
+
+    def replace(self, body: bytes) -> None:
+        with self.lock:
+            self.faults = [Fault(**f) for f in json.loads(body)]
+
+
+def serve(upstream: str) -> None:
     target = urlparse(upstream)
-    proxy = FaultyProxy("")
+    rules = _Rules()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -71,9 +149,13 @@ def proxying(upstream: str) -> Iterator[FaultyProxy]:
             pass
 
         def _forward(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            fault = proxy.fault_for(self.command, self.path)
+            body = self._body()
+            if self.path == CONTROL:
+                if self.command == "PUT":
+                    rules.replace(body)
+                self._answer(200, rules.state())
+                return
+            fault = rules.fault_for(self.command, self.path)
             action = None if fault is None else fault.action
             if action == "503":
                 self._answer(503, b"<Error><Code>SlowDown</Code></Error>")
@@ -110,6 +192,24 @@ def proxying(upstream: str) -> Iterator[FaultyProxy]:
             if self.command != "HEAD":
                 self.wfile.write(data)
 
+        def _body(self) -> bytes:
+            """The request's body as sent: chunked (as the AWS SDKs send a body with
+            a trailing checksum) passed on with its chunks and trailers unread."""
+            if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+            raw = bytearray()
+            while True:
+                size_line = self.rfile.readline()
+                raw += size_line
+                size = int(size_line.split(b";")[0], 16)
+                if size == 0:
+                    break
+                raw += self.rfile.read(size + 2)  # the chunk and its CRLF
+            while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                raw += line  # trailers
+            return bytes(raw + b"\r\n")
+
         def _answer(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response_only(status)
             for k, v in (headers or {}).items():
@@ -141,11 +241,9 @@ def proxying(upstream: str) -> Iterator[FaultyProxy]:
             pass  # a client that hung up (a reset, a timeout): nothing to tell
 
     server = Server(("127.0.0.1", 0), Handler)
-    proxy.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield proxy
-    finally:
-        server.shutdown()
-        server.server_close()
+    print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -79,7 +79,7 @@ class S3Server:
         again, nothing."""
         process, self.process = self.process, None
         if process is not None:
-            _kill(process)
+            kill_group(process)
         directory, self.directory = self.directory, None
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
@@ -123,7 +123,7 @@ def started() -> Iterator[S3Server]:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_dies_with_parent(),
+                preexec_fn=dies_with_parent(),
             )
         _wait_ready(server.endpoint, server.process, log)
         yield server
@@ -132,7 +132,7 @@ def started() -> Iterator[S3Server]:
         atexit.unregister(server.stop)
 
 
-def _dies_with_parent() -> Callable[[], None] | None:
+def dies_with_parent() -> Callable[[], None] | None:
     """On Linux, the child is killed when the thread that started it ends: even a
     test process killed outright, which runs no ``atexit``, leaves no server."""
     if not sys.platform.startswith("linux"):
@@ -158,7 +158,7 @@ def _wait_ready(endpoint: str, process: subprocess.Popen[bytes], log: Path) -> N
         time.sleep(0.1)
 
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: subprocess.Popen[bytes]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
