@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_bfs.py
 	$(BIN)/python bench/bench_dagster_runs.py
 	$(BIN)/python bench/bench_many_views.py
+	$(BIN)/python bench/bench_object_storage.py
 
 clean:
 	-$(BIN)/dd-etl server stop 2>/dev/null

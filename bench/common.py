@@ -21,9 +21,12 @@ from pyspark.sql import SparkSession
 from dd_etl.spark import session
 
 
-def spark_session(name: str, memory: str = "4g", count_jobs: bool = False) -> SparkSession:
+def spark_session(
+    name: str, memory: str = "4g", count_jobs: bool = False, object_storage: bool = False
+) -> SparkSession:
     """Local Spark on two cores, as on the CI machine; ``count_jobs`` keeps every
-    job's record so jobs per run can be counted from the status tracker."""
+    job's record so jobs per run can be counted from the status tracker;
+    ``object_storage`` adds the ``s3a://`` filesystem's jars."""
     conf = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
@@ -32,7 +35,7 @@ def spark_session(name: str, memory: str = "4g", count_jobs: bool = False) -> Sp
     }
     if count_jobs:
         conf |= {"spark.ui.retainedJobs": "100000", "spark.ui.retainedStages": "100000"}
-    return session(name, master="local[2]", conf=conf)
+    return session(name, master="local[2]", conf=conf, object_storage=object_storage)
 
 
 def code_version() -> str | None:
@@ -101,13 +104,14 @@ def run_recorded(
     count_jobs: bool = False,
     reuse: Path | None = None,
     results: Path = RESULTS,
+    object_storage: bool = False,
 ) -> None:
     """Run ``benchmark`` in a scratch directory on its own session, then record its
     result as JSON and a plot under ``results`` (default ``results/``). ``reuse``
     names the scratch directory of an earlier run (kept with ``keep``) to work in
     again; it is kept."""
     root = reuse or Path(tempfile.mkdtemp(prefix=f"{name}_", dir=workdir))
-    spark = spark_session(f"bench_{name}", memory, count_jobs)
+    spark = spark_session(f"bench_{name}", memory, count_jobs, object_storage)
     try:
         result = benchmark(spark, root)
         write_json(name, result, results)

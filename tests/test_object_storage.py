@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 import signal
-from collections import Counter
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.lake import Location, StoreOptions
 from dd_etl.lake.lease import Lease, LeaseHeld
 from dd_etl.lattice import Antichain
+from dd_etl.pipeline.config import load_config
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.maintenance import find_traces
 from tests.support.child_process import dd_etl_process
@@ -38,7 +39,7 @@ from tests.support.cluster_pipelines import (
 )
 from tests.support.faulty_proxy import Fault, proxying
 from tests.support.kv_trace import SCHEMA, contents, frame
-from tests.support.pipeline_fixtures import change_data
+from tests.support.pipeline_fixtures import bag, change_data
 from tests.support.s3_pipelines import SECRET_ENV, credentials, keys, on_store, upload
 from tests.support.s3_server import S3Server
 
@@ -88,29 +89,6 @@ def outcomes(
     views = list(JOIN_VIEWS)
     on_s3 = {k: f"s3://{bucket}/{v}" for k, v in JOIN_SINKS.items()}
     return outcome(local, views, JOIN_SINKS, epochs), outcome(remote, views, on_s3, epochs)
-
-
-def test_a_pipeline_on_s3_equals_the_same_pipeline_on_a_local_disk(
-    spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    credentials(s3_server, monkeypatch)
-    bucket = s3_server.bucket()
-    data = tmp_path / "data"
-    local = join_pipeline(tmp_path / "local", "../data")
-    remote = on_store(join_pipeline(tmp_path / "remote", "data"), s3_server, bucket)
-    epochs = 2  # a load, and an epoch of inserts, updates and deletes
-    for epoch in range(epochs):
-        change_data(tmp_path, epoch)
-        upload(data, s3_server, bucket)
-        cli("run", str(local))
-        cli("run", str(remote))
-    expected, got = outcomes(local, remote, bucket, epochs)
-    assert got == expected
-    assert expected["boroughs commits"] == [str(e) for e in range(epochs)]
-    # nothing on the local disk: the remote pipeline's directory holds its file alone
-    assert sorted(p.name for p in (tmp_path / "remote").iterdir()) == ["pipeline.yaml"]
-    listed = Counter(p.split("/")[0] for p in keys(s3_server, bucket))
-    assert set(listed) == {"data", "out", "warehouse"}
 
 
 def run(pipeline: Path, code: int = 0) -> str:
@@ -267,6 +245,9 @@ def test_runs_killed_or_racing_on_s3_commit_each_epoch_once(
     expected, got = outcomes(local, remote, bucket, epochs)
     assert got == expected
     assert got["boroughs commits"] == [str(e) for e in range(epochs)]
+    # nothing on the local disk: the remote pipeline's directory holds its file alone
+    assert sorted(p.name for p in remote.parent.iterdir()) == ["pipeline.yaml"]
+    assert {k.split("/")[0] for k in keys(s3_server, bucket)} == {"data", "out", "warehouse"}
 
 
 def test_dagster_ticks_backfills_and_audits_the_demo_on_s3(
@@ -312,3 +293,53 @@ def test_dagster_ticks_backfills_and_audits_the_demo_on_s3(
     for view in TAXI_VIEWS:
         assert view_at(remote, view, 1) == view_at(local, view, 1), view
     assert sorted(p.name for p in remote.parent.iterdir()) == ["pipeline.yaml"]
+
+
+def downstream(directory: Path, bucket: str) -> Path:
+    """A second pipeline whose source is the first's materialized table on S3."""
+    directory.mkdir(parents=True)
+    path = directory / "pipeline.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            name: downstream
+            warehouse: s3://{bucket}/downstream
+            spark: {{conf: {{spark.sql.shuffle.partitions: "2", spark.ui.enabled: "false"}}}}
+            sources:
+              boroughs: {{format: delta, path: s3a://{bucket}/out/boroughs, key: [borough]}}
+            views:
+              busy: {{sql: "{CHAINED_SQL}"}}
+            """
+        )
+    )
+    return path
+
+
+CHAINED_SQL = (
+    "SELECT trips > 2 AS busy, COUNT(*) AS boroughs, SUM(pcs) AS pcs FROM boroughs GROUP BY 1"
+)
+
+
+def test_a_pipeline_reads_anothers_table_on_s3_by_its_change_feed(
+    spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first pipeline's materialized table has its change data feed on: the
+    second takes each epoch's changes from it, and its view equals Spark SQL over
+    the table as the first left it."""
+    credentials(s3_server, monkeypatch)
+    bucket = s3_server.bucket()
+    first = on_store(join_pipeline(tmp_path / "first", "data"), s3_server, bucket)
+    second = on_store(downstream(tmp_path / "second", bucket), s3_server, bucket)
+    table = load_config(first).location("boroughs", f"s3://{bucket}/out/boroughs")
+    table.configure(spark)
+    for epoch in range(2):
+        change_data(tmp_path, epoch)
+        upload(tmp_path / "data", s3_server, bucket)
+        cli("run", str(first))
+        said = run(second)
+        assert "source:boroughs: " in said and "(diff)" not in said, said
+        spark.read.format("delta").load(table.spark).createOrReplaceTempView("boroughs")
+        expected = bag([r.asDict() for r in spark.sql(CHAINED_SQL).collect()])
+        assert view_at(second, "busy", epoch) == expected, epoch
+    shown = [cli(*c) for c in (["status", str(second), "--json"], ["explain", str(second), "busy"])]
+    assert all(s3_server.secret_key not in text for text in shown)  # secrets never shown

@@ -28,10 +28,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dd_etl.lake import Location, StoreOptions, Where
 from dd_etl.plan import Collection, Dataflow
 from dd_etl.plan.sql import SqlError, compile_view, explain
 from dd_etl.plan.sql.grouping import grouping_sets
 from dd_etl.runtime import Runtime
+from tests.support.s3_server import S3Server
 from tests.support.sql_oracle import Row, append_changes, duckdb_results, mismatches
 
 pytestmark = pytest.mark.spark
@@ -143,7 +145,7 @@ def dialect(name: str) -> str:
     return "spark" if name.endswith("_spark") else "duckdb"
 
 
-def build(spark: SparkSession, warehouse: Path) -> Runtime:
+def build(spark: SparkSession, warehouse: Where) -> Runtime:
     flow = Dataflow(spark, warehouse)
     tables: dict[str, Collection] = {
         "trips": flow.source("trips", TRIPS, key=["id"]),
@@ -206,9 +208,14 @@ def duckdb_sql(name: str, sql: str) -> str:
     return sql if dialect(name) == "duckdb" else sqlglot.transpile(sql, read=dialect(name))[0]
 
 
-def test_sql_views_equal_duckdb_after_every_epoch(spark: SparkSession, tmp_path: Path) -> None:
+def test_sql_views_equal_duckdb_after_every_epoch(spark: SparkSession, s3_server: S3Server) -> None:
+    """With the warehouse on S3: every trace and the Spark jobs writing and reading
+    them go through the store."""
     rng = random.Random(11)
-    rt = build(spark, tmp_path / "warehouse")
+    options = StoreOptions.of(s3_server.storage_options())
+    warehouse = Location.of(f"s3://{s3_server.bucket()}/warehouse", options)
+    warehouse.configure(spark)
+    rt = build(spark, warehouse)
     live = {"trips": Counter[Row](), "zones": Counter[Row]()}
     history: list[dict[str, Counter[Row]]] = []
     schemas = {"trips": TRIPS, "zones": ZONES}

@@ -78,6 +78,23 @@ def delete(where: Location) -> None:
         obstore.delete(store, key)
 
 
+def stat(where: Location) -> StoredObject | None:
+    """The object at ``where`` as a listing would show it (one HEAD on a store);
+    None when there is none."""
+    if where.is_local:
+        try:
+            found = os.stat(where.path)
+        except FileNotFoundError:
+            return None
+        return StoredObject(where.path.name, found.st_size, str(found.st_mtime_ns))
+    store, key = _store_of(where)
+    try:
+        meta = obstore.head(store, key)
+    except (NotFoundError, FileNotFoundError):
+        return None
+    return _stored(meta, key.rpartition("/")[0] + "/")
+
+
 def listing(where: Location) -> Iterator[StoredObject]:
     """The objects under ``where`` (all levels), with their versions."""
     if where.is_local:
@@ -103,9 +120,8 @@ def _stored(meta: Any, prefix: str) -> StoredObject:
 
 def _store_of(where: Location) -> tuple[Any, str]:
     """The bucket's store and the object's key in it."""
-    scheme, _, rest = where.uri.partition("://")
-    bucket, _, key = rest.partition("/")
-    return _bucket(f"{scheme}://{bucket}", where.options), key
+    key = where.fs_path.removeprefix(where.bucket).lstrip("/")
+    return _bucket(f"{where.scheme}://{where.bucket}", where.options), key
 
 
 @functools.lru_cache(maxsize=16)

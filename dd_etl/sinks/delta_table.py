@@ -92,6 +92,14 @@ MAINTENANCE = frozenset(
 )
 """Operations another writer may commit to a sink table: they leave its rows as they are."""
 
+TABLE_CONFIGURATION = {"delta.checkpointInterval": "10", "delta.enableChangeDataFeed": "true"}
+"""A sink table's settings when dd_etl creates it. Checkpoints every 10 commits
+(Spark's Delta default; delta-rs's is 100): every open of the table reads the
+commits since its last checkpoint, so on a store an epoch's requests would grow
+with the table's history for 100 epochs. The change data feed on: a reader of
+the table (another pipeline among them) takes an epoch's changes from the
+commit, not by comparing snapshots."""
+
 
 class SinkLog:
     """A sink table's Delta log as one read found it: a tick reads it once per sink,
@@ -181,6 +189,7 @@ class SinkTable:
                 name=self.where.name,
                 description=self._marker,
                 storage_options=self.where.delta_options,
+                configuration=TABLE_CONFIGURATION,
             )
         return self._table()
 

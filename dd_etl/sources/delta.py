@@ -66,14 +66,15 @@ class DeltaSource:
         self.pipeline = pipeline
         self.name = name
         self.where = as_location(where)
-        self.uri = self.where.uri
         self.mode = mode
 
     def _table(self, version: int | None = None) -> DeltaTable:
         try:
-            return DeltaTable(self.uri, version=version, storage_options=self.where.delta_options)
+            return DeltaTable(
+                self.where.uri, version=version, storage_options=self.where.delta_options
+            )
         except TableNotFoundError:
-            raise SourceError(self.name, f"no Delta table at {self.uri}") from None
+            raise SourceError(self.name, f"no Delta table at {self.where.uri}") from None
         except Exception as e:
             if _unsupported(e):
                 raise self._unreadable(e) from None
@@ -81,7 +82,9 @@ class DeltaSource:
                 raise HistoryLost(
                     self.pipeline, self.name, f"version {version} cannot be loaded ({e})"
                 ) from None
-            raise SourceError(self.name, f"cannot open the Delta table at {self.uri}: {e}") from e
+            raise SourceError(
+                self.name, f"cannot open the Delta table at {self.where.uri}: {e}"
+            ) from e
 
     def schema(self) -> StructType:
         return from_arrow_schema(pa.schema(self._table().schema().to_arrow()))
@@ -244,7 +247,7 @@ class DeltaSource:
     def _unreadable(self, e: Exception) -> SourceError:
         return SourceError(
             self.name,
-            f"the Delta table at {self.uri} uses a feature dd_etl's Delta readers cannot "
+            f"the Delta table at {self.where.uri} uses a feature dd_etl's Delta readers cannot "
             f"read ({first_line(e)}; delta-rs {deltalake.__version__}, delta-spark "
             f"{metadata.version('delta-spark')}); upgrade dd_etl, or drop the feature from the "
             "table (ALTER TABLE ... DROP FEATURE)",

@@ -26,6 +26,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from dd_etl.errors import StoreError, first_line
 from dd_etl.lake import Location
+from dd_etl.lake.objects import StoredObject
 from dd_etl.trace.batch import DataFile, batch_id_of_path
 from dd_etl.trace.columns import KEY_HASH, time_columns
 from dd_etl.trace.errors import TraceNotFound
@@ -123,7 +124,7 @@ def forget(where: Location) -> None:
     _loaded.forget(where)
 
 
-def stamp(where: Location, version: int) -> tuple[int, int] | None:
+def stamp(where: Location, version: int) -> StoredObject | None:
     """The mark of ``version``'s commit as stored now (``open_tables.commit_stamp``)."""
     return commit_stamp(where, version)
 

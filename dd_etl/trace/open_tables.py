@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from dd_etl.lake import Location
+from dd_etl.lake import Location, objects
+from dd_etl.lake.objects import StoredObject
 from dd_etl.trace.storage import Snapshot
 
 KEPT_TABLES = 256
@@ -38,7 +38,7 @@ hundreds of views."""
 class _Kept:
     table: DeltaTable
     version: int  # the version whose commit file ``stamp`` describes
-    stamp: tuple[int, int]  # that file's size and modification time
+    stamp: StoredObject  # that file as its store showed it
 
 
 class OpenTables:
@@ -126,21 +126,19 @@ class LoadedSnapshots:
             self._kept.pop(where, None)
 
 
-def commit_stamp(where: Location, version: int) -> tuple[int, int] | None:
-    """The size and modification time of the commit file of ``version``; None
-    without that file."""
-    info = where.filesystem.get_file_info(_commit_file(where, version).fs_path)
-    if info.type != pafs.FileType.File or info.mtime_ns is None:
-        return None
-    return info.size, info.mtime_ns
+def commit_stamp(where: Location, version: int) -> StoredObject | None:
+    """The commit file of ``version`` as its store shows it (size, and ETag or
+    modification time): one HEAD; None without that file."""
+    return objects.stat(_commit_file(where, version))
 
 
 def latest_at(where: Location, version: int, stamp: object) -> bool:
     """Whether the table's latest version is still ``version`` as ``stamp`` saw its
     commit: that file unchanged (not a table dropped and made again) and no commit
     after it. Commit files are created whole, never rewritten in place."""
-    following = where.filesystem.get_file_info(_commit_file(where, version + 1).fs_path)
-    return following.type == pafs.FileType.NotFound and commit_stamp(where, version) == stamp
+    return objects.stat(_commit_file(where, version + 1)) is None and (
+        commit_stamp(where, version) == stamp
+    )
 
 
 def _commit_file(where: Location, version: int) -> Location:
