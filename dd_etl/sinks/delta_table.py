@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
@@ -179,32 +180,40 @@ class SinkTable:
 
     def open(self) -> DeltaTable:
         """The table, created empty with the view's columns if it does not exist yet."""
-        if not self.exists():
-            assert self.schema is not None, "creating a sink table needs its schema"
-            self.where.make_directory()
-            DeltaTable.create(
-                self.where.uri,
-                arrow_schema(self.schema),
-                mode="ignore",
-                name=self.where.name,
-                description=self._marker,
-                storage_options=self.where.delta_options,
-                configuration=TABLE_CONFIGURATION,
-            )
+        table = self._existing()
+        if table is not None:
+            return table
+        assert self.schema is not None, "creating a sink table needs its schema"
+        self.where.make_directory()
+        DeltaTable.create(
+            self.where.uri,
+            arrow_schema(self.schema),
+            mode="ignore",
+            name=self.where.name,
+            description=self._marker,
+            storage_options=self.where.delta_options,
+            configuration=TABLE_CONFIGURATION,
+        )
         return self._table()
 
     def _table(self) -> DeltaTable:
         return DeltaTable(self.where.uri, storage_options=self.where.delta_options)
 
-    def exists(self) -> bool:
-        return DeltaTable.is_deltatable(self.where.uri, self.where.delta_options)
+    def _existing(self) -> DeltaTable | None:
+        """The table as of now, None when there is none: one read of its log (asking
+        first whether it exists would read it twice)."""
+        try:
+            return self._table()
+        except TableNotFoundError:
+            return None
 
     def columns_differ(self) -> bool:
         """Whether the table exists with other columns (names or types) than the view's:
         the view's rows no longer fit it."""
-        if self.schema is None or not self.exists():
+        table = None if self.schema is None else self._existing()
+        if self.schema is None or table is None:
             return False
-        held = StructType.fromJson(json.loads(self._table().schema().to_json()))
+        held = StructType.fromJson(json.loads(table.schema().to_json()))
         return [(f.name, f.dataType) for f in held] != [(f.name, f.dataType) for f in self.schema]
 
     def epoch(self) -> int | None:
@@ -214,7 +223,8 @@ class SinkTable:
 
     def log(self) -> SinkLog | None:
         """The table's Delta log as of now, None if there is no table."""
-        return SinkLog(self._table(), self.app_id) if self.exists() else None
+        table = self._existing()
+        return None if table is None else SinkLog(table, self.app_id)
 
     def check_ours(self) -> None:
         """Refuse a table dd_etl did not create, or one another writer changed the rows
