@@ -195,16 +195,25 @@ def test_a_lease_of_a_process_that_ended_on_this_machine_is_free_at_once(
     Lease(where).acquire()  # killed, and this machine can tell: no term to wait out
     other_machine = Lease(where).current()
     assert other_machine is not None and other_machine.process is not None
-    # another machine's process (another boot) is trusted until its term is over
-    Path(where.path / f"{other_machine.generation + 1:020d}.json").write_text(
-        json.dumps(
-            {
-                "holder": "process 1 elsewhere",
-                "token": "t",
-                "expires": time.time() + 60,
-                "process": {"boot": "another", "pid": 999999, "started": 1},
-            }
+    # another machine's process (another boot), another container's (another
+    # process-id namespace) and one written by a version that named none are
+    # trusted until their term is over
+    here = other_machine.process
+    elsewhere = [
+        {"boot": "another", "namespace": here.namespace, "pid": 999999, "started": 1},
+        {"boot": here.boot, "namespace": "pid:[1]", "pid": 999999, "started": 1},
+        None,
+    ]
+    for generation, process in enumerate(elsewhere, other_machine.generation + 1):
+        Path(where.path / f"{generation:020d}.json").write_text(
+            json.dumps(
+                {
+                    "holder": f"process {generation} elsewhere",
+                    "token": "t",
+                    "expires": time.time() + 60,
+                    "process": process,
+                }
+            )
         )
-    )
-    with pytest.raises(LeaseHeld, match="process 1 elsewhere"):
-        Lease(where).acquire()
+        with pytest.raises(LeaseHeld, match=f"process {generation} elsewhere"):
+            Lease(where).acquire()

@@ -8,8 +8,9 @@ when. Taking it over, renewing it and releasing it all write the next
 generation: a holder that was taken over from (it failed to renew in time)
 finds its renewal refused and knows it lost the lease. A killed holder stops
 renewing, and the lease is free once its term is over, or at once for a process
-of the same machine that can see the holder has ended (Linux: the same boot, and
-no process with the holder's id and start time).
+that can see the holder has ended (Linux: the same boot and the same process-id
+namespace, so not another container's, and no process with the holder's id and
+start time).
 
 Terms are judged by the clocks of the machines involved: they must agree to
 within a small part of a term (as NTP keeps them).
@@ -46,10 +47,12 @@ class LeaseHeld(PipelineError):
 
 @dataclass(frozen=True)
 class Process:
-    """A process, told apart from every other one: a machine's boot, and a process
-    id with its start time (an id is reused, the pair is not)."""
+    """A process, told apart from every other one: a machine's boot, the namespace
+    its id is in (containers on one machine share the boot, not the namespace),
+    and its id with its start time (an id is reused, the pair is not)."""
 
     boot: str
+    namespace: str
     pid: int
     started: int
 
@@ -63,17 +66,26 @@ class Process:
         or this system does not say (no ``/proc``)."""
         try:
             boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+            namespace = os.readlink("/proc/self/ns/pid")
             stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             return None
         state, started = stat[0], int(stat[19])  # fields 3 and 22 of proc(5)
-        return None if state == "Z" else Process(boot, pid, started)
+        return None if state == "Z" else Process(boot, namespace, pid, started)
+
+    @staticmethod
+    def written(fields: object) -> Process | None:
+        """The process a term names; None for a term that names none as this
+        version writes it (its term alone then says when it ends)."""
+        if not isinstance(fields, dict) or set(fields) != {"boot", "namespace", "pid", "started"}:
+            return None
+        return Process(**fields)
 
     def ended(self) -> bool:
-        """Whether this machine can tell that the process has ended."""
+        """Whether this process can tell that the process has ended."""
         here = Process.this()
-        if here is None or here.boot != self.boot:
-            return False  # another machine's, or this one's since a reboot: its term says
+        if here is None or (here.boot, here.namespace) != (self.boot, self.namespace):
+            return False  # another machine's or container's, or from before a reboot
         return Process.on_this_machine(self.pid) != self
 
 
@@ -141,12 +153,11 @@ class Lease:
             data = objects.read(self._at(generation))
             if data is not None:  # else deleted as we listed: an older one is newest
                 written = json.loads(data)
-                process = written.get("process")
                 return Term(
                     written["holder"],
                     float(written["expires"]),
                     generation,
-                    None if process is None else Process(**process),
+                    Process.written(written.get("process")),
                 )
         return None
 
