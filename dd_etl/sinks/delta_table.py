@@ -210,8 +210,7 @@ class SinkTable:
     def columns_differ(self) -> bool:
         """Whether the table exists with other columns (names or types) than the view's:
         the view's rows no longer fit it."""
-        table = None if self.schema is None else self._existing()
-        if self.schema is None or table is None:
+        if self.schema is None or (table := self._existing()) is None:
             return False
         held = StructType.fromJson(json.loads(table.schema().to_json()))
         return [(f.name, f.dataType) for f in held] != [(f.name, f.dataType) for f in self.schema]
