@@ -26,6 +26,7 @@ JVM compiles Spark's code in its first minutes). Results go to
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -39,6 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
+from dd_etl.lake import Location, StoreOptions
 from dd_etl.sinks.delta_table import SinkTable, SinkWrite
 from dd_etl.sinks.spark_commit import SparkCommit
 from dd_etl.trace.columns import DIFF
@@ -109,15 +111,15 @@ def _timed(commit: Callable[[], SinkWrite | None]) -> dict[str, Any]:
 
 
 def run(
-    spark: SparkSession, root: Path, sizes: list[int], epochs: int, changed: int, pattern: str
+    spark: SparkSession, root: Location, sizes: list[int], epochs: int, changed: int, pattern: str
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": {}}
     for size in sizes:
         incremental = {
-            kind: SinkTable(str(root / f"{kind}_{size}"), "bench", "view", kind, SCHEMA)
+            kind: SinkTable(root / f"{kind}_{size}", "bench", "view", kind, SCHEMA)
             for kind in MATCHED_BY
         }
-        rewritten = SinkTable(str(root / f"rewrite_{size}"), "bench", "view", "rewrite", SCHEMA)
+        rewritten = SinkTable(root / f"rewrite_{size}", "bench", "view", "rewrite", SCHEMA)
         per_epoch = []
         for epoch in range(epochs + 1):
             whole = view(spark, size, epoch, changed, pattern)
@@ -139,9 +141,9 @@ def run(
             row["rewrite"] = _timed(partial(rewritten.commit, epoch, whole, True, {}))
             print(size, row, flush=True)
             per_epoch.append(row)
-        expected = _fingerprint(spark, rewritten.where.uri)
+        expected = _fingerprint(spark, rewritten.where.spark)
         for kind, table in incremental.items():
-            assert _fingerprint(spark, table.where.uri) == expected, (
+            assert _fingerprint(spark, table.where.spark) == expected, (
                 f"{kind} differs from the rewrite"
             )
         results["sizes"][str(size)] = per_epoch
@@ -195,21 +197,47 @@ def main() -> None:
     parser.add_argument("--name", default="sink")
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--object-storage",
+        action="store_true",
+        help="the tables on an S3 server started here (in memory) instead of a local disk",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    def benchmark(spark: SparkSession, root: Path) -> dict[str, Any]:
+    def benchmark(spark: SparkSession, root: Location) -> dict[str, Any]:
         run(spark, root / "warmup", sizes[:1], args.epochs, args.changed, args.pattern)
         measured = run(spark, root, sizes, args.epochs, args.changed, args.pattern)
         return {
             "argv": recorded_argv(),
             "changed": args.changed,
             "pattern": args.pattern,
+            "object_storage": args.object_storage,
             "environment": environment(spark),
             **measured,
         }
 
-    run_recorded(args.name, benchmark, plot, args.workdir, args.keep, memory="8g")
+    if not args.object_storage:
+        run_recorded(
+            args.name,
+            lambda spark, root: benchmark(spark, Location.of(root)),
+            plot,
+            args.workdir,
+            args.keep,
+            memory="8g",
+        )
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.s3_server import started  # the tests' S3 server, in memory
+
+    with started() as server:
+        bucket = Location.of(f"s3://{server.bucket()}", StoreOptions.of(server.storage_options()))
+
+        def on_store(spark: SparkSession, _: Path) -> dict[str, Any]:
+            bucket.configure(spark)
+            return benchmark(spark, bucket)
+
+        run_recorded(args.name, on_store, plot, args.workdir, args.keep, "8g", object_storage=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 changes by Spark (an append, or one MERGE with deletion vectors), so what it writes
 follows the change. After every epoch the table equals plain Spark SQL over the
 source, duplicates and NULLs included; each epoch is one commit, found again by time
-travel; a table a small view started with delta-rs is handed to Spark; a process
+travel; a table rewritten whole has a change feed of exactly the view's changes;
+a table a small view started with delta-rs is handed to Spark; a process
 killed right after Spark's commit does not apply the epoch twice. A table the
 pipeline did not create, or one another writer changed, is refused."""
 
@@ -198,31 +199,83 @@ def test_a_range_counts_the_rows_of_the_files_it_overlaps(tmp_path: Path) -> Non
     assert log.rows_overlapping("id", 11, 99) == 0
 
 
+def change_feed(spark: SparkSession, table: Path, version: int) -> Counter[tuple[str, int]]:
+    """A version's change feed as rows and signs (+1 inserted, -1 deleted), by
+    Spark's reader; delta-rs's reads the same."""
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .option("endingVersion", version)
+        .load(str(table))
+    )
+    got: Counter[tuple[str, int]] = Counter()
+    for r in feed.collect():
+        row = {k: v for k, v in r.asDict().items() if not k.startswith("_")}
+        got[json.dumps(row, sort_keys=True), 1 if r["_change_type"] == "insert" else -1] += 1
+    by_delta_rs: Counter[tuple[str, int]] = Counter()
+    for batch in DeltaTable(str(table)).load_cdf(starting_version=version, ending_version=version):
+        for r in pa.table(batch).to_pylist():
+            row = {k: v for k, v in r.items() if not k.startswith("_")}
+            sign = 1 if r["_change_type"] == "insert" else -1
+            by_delta_rs[json.dumps(row, sort_keys=True), sign] += 1
+    assert by_delta_rs == got
+    return got
+
+
+def changes_between(before: Counter[str], after: Counter[str]) -> Counter[tuple[str, int]]:
+    """The view's changes: ``|d|`` inserted or deleted copies of each row."""
+    out: Counter[tuple[str, int]] = Counter()
+    for row in set(before) | set(after):
+        d = after[row] - before[row]
+        if d:
+            out[row, 1 if d > 0 else -1] = abs(d)
+    return out
+
+
 def test_a_small_views_table_is_handed_to_spark(spark: SparkSession, tmp_path: Path) -> None:
-    """Driver-rewritten while small, rewritten by Spark's files when larger (delta-rs
-    commits both), then taking its changes: Spark's from then on, also when the
-    view is small again."""
+    """Driver-rewritten while small, rewritten by Spark's files when larger (the
+    driver commits both), then taking its changes: Spark's from then on, also when
+    the view is small again. An epoch rewritten whole has change files of exactly
+    the view's changes (copies of a row counted), not every row deleted and
+    inserted again, read alike by Spark and delta-rs; after a rebuild, the
+    difference from what the table held."""
     pipeline = pipeline_file(tmp_path)
     load(spark, tmp_path, rows=400)
     table = tmp_path / "out" / "amounts"
+    held = {v: Counter[str]() for v in VIEWS}
 
     def last_write() -> dict[str, Any]:
         views = json.loads(cli("status", str(pipeline), "--json"))["views"]
         write: dict[str, Any] = next(v for v in views if v["name"] == "amounts")["sink_writes"]
         return write["materialize"]
 
-    cli("run", str(pipeline))  # small: rewritten by the driver
+    def rewritten(epoch: int) -> None:
+        if epoch:
+            change(spark, tmp_path, epoch)
+        cli("run", str(pipeline))
+        for view in VIEWS:
+            out, now = tmp_path / "out" / view, expected(spark, tmp_path, view)
+            assert rows(spark.read.format("delta").load(str(out))) == now, (view, epoch)
+            changed = changes_between(held[view], now)
+            assert change_feed(spark, out, epoch_versions(out)[epoch][0]) == changed, (view, epoch)
+            assert not epoch or 0 < sum(changed.values()) < len(now) / 4  # a few rows
+            held[view] = now
+
+    rewritten(0)  # small: rewritten by the driver
+    rewritten(1)
+    cli("rebuild", str(pipeline), "by_customer")
     pipeline_file(tmp_path, BY_SPARK)
-    change(spark, tmp_path, 1)
-    cli("run", str(pipeline))  # larger, not past rewrite_records: rewritten by Spark
+    rewritten(2)  # larger, not past rewrite_records: rewritten by Spark
     assert last_write()["replaced"] and deletion_vectors(table) == 0
+    assert len(list((table / "_change_data").rglob("*.parquet"))) == 2  # epochs 1 and 2
     pipeline_file(tmp_path, TAKE_CHANGES)
-    for epoch in (2, 3):
+    for epoch in (3, 4):
         change(spark, tmp_path, epoch)
         cli("run", str(pipeline))
         assert not last_write()["replaced"]
     pipeline_file(tmp_path)  # small again: Spark keeps the table it wrote deletion vectors to
-    change(spark, tmp_path, 4)
+    change(spark, tmp_path, 5)
     cli("run", str(pipeline))
     assert last_write()["replaced"]
     cli("run", str(pipeline))  # nothing new: the epoch recorded, no row written
@@ -232,8 +285,8 @@ def test_a_small_views_table_is_handed_to_spark(spark: SparkSession, tmp_path: P
         got = rows(spark.read.format("delta").load(str(tmp_path / "out" / view)))
         assert got == expected(spark, tmp_path, view), view
     versions = epoch_versions(table)
-    assert sorted(versions) == [0, 1, 2, 3, 4, 5]
-    assert [versions[e][1] for e in (0, 1, 2, 3)] == ["WRITE", "WRITE", "MERGE", "MERGE"]
+    assert sorted(versions) == [0, 1, 2, 3, 4, 5, 6]
+    assert [versions[e][1] for e in range(5)] == ["WRITE", "WRITE", "WRITE", "MERGE", "MERGE"]
     assert deletion_vectors(table) > 0
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 import datetime
 import signal
 import textwrap
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
@@ -23,6 +26,7 @@ from dd_etl.lake import Location, StoreOptions
 from dd_etl.lake.lease import Lease, LeaseHeld
 from dd_etl.lattice import Antichain
 from dd_etl.pipeline.config import load_config
+from dd_etl.sinks.delta_table import SinkTable, committed_epoch
 from dd_etl.trace.delta_trace import DeltaTrace
 from dd_etl.trace.maintenance import find_traces
 from tests.support.child_process import dd_etl_process
@@ -320,26 +324,51 @@ CHAINED_SQL = (
 )
 
 
+def feed_of_epoch(table: Location, epoch: int) -> tuple[Counter[str], Counter[str]]:
+    """The rows a sink table's change feed says its commit of ``epoch`` inserted
+    and deleted."""
+    opened = DeltaTable(table.uri, storage_options=table.delta_options)
+    version = next(i["version"] for i in opened.history() if committed_epoch(i) == epoch)
+    feed = opened.load_cdf(starting_version=version, ending_version=version)
+    changes = [r for batch in feed for r in pa.table(batch).to_pylist()]
+    kinds = [r.pop("_change_type") for r in changes]
+    for r in changes:
+        del r["_commit_version"], r["_commit_timestamp"]
+    inserted = bag([r for r, k in zip(changes, kinds, strict=True) if k == "insert"])
+    return inserted, bag([r for r, k in zip(changes, kinds, strict=True) if k == "delete"])
+
+
 def test_a_pipeline_reads_anothers_table_on_s3_by_its_change_feed(
     spark: SparkSession, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first pipeline's materialized table has its change data feed on: the
-    second takes each epoch's changes from it, and its view equals Spark SQL over
-    the table as the first left it."""
+    """The first pipeline's materialized table has its change data feed on, of
+    exactly its view's changes, whether the table is rewritten whole or (past
+    ``store_rewrite_bytes``) takes the changes by a MERGE: the second takes each
+    epoch's changes from it, and its view equals Spark SQL over the table as the
+    first left it."""
     credentials(s3_server, monkeypatch)
     bucket = s3_server.bucket()
     first = on_store(join_pipeline(tmp_path / "first", "data"), s3_server, bucket)
     second = on_store(downstream(tmp_path / "second", bucket), s3_server, bucket)
     table = load_config(first).location("boroughs", f"s3://{bucket}/out/boroughs")
     table.configure(spark)
-    for epoch in range(2):
+    for epoch in range(3):
+        if epoch == 2:  # past store_rewrite_bytes: the table takes the view's changes
+            with first.open("a") as file:
+                file.write("sizing: {small_records: 0, store_rewrite_bytes: 0}\n")
         change_data(tmp_path, epoch)
         upload(tmp_path / "data", s3_server, bucket)
         cli("run", str(first))
+        write = SinkTable(table, "cluster_join", "boroughs", "materialize").log()
+        assert write is not None and (last := write.last_write()) is not None
+        assert last.operation == ("MERGE" if epoch == 2 else "WRITE"), epoch
         said = run(second)
         assert "source:boroughs: " in said and "(diff)" not in said, said
         spark.read.format("delta").load(table.spark).createOrReplaceTempView("boroughs")
         expected = bag([r.asDict() for r in spark.sql(CHAINED_SQL).collect()])
         assert view_at(second, "busy", epoch) == expected, epoch
+        if epoch:  # what the second read: exactly what the first's view changed
+            now, before = (view_at(first, "boroughs", e) for e in (epoch, epoch - 1))
+            assert feed_of_epoch(table, epoch) == (now - before, before - now)
     shown = [cli(*c) for c in (["status", str(second), "--json"], ["explain", str(second), "busy"])]
     assert all(s3_server.secret_key not in text for text in shown)  # secrets never shown

@@ -176,3 +176,15 @@ def test_sizing_sets_the_runtimes_thresholds(tmp_path: Path) -> None:
     assert thresholds.for_records(1).name == "large"
     assert thresholds.for_records(1, state=100).name == "medium"
     assert Thresholds().for_records(1).name == "small"
+
+
+def test_a_table_on_a_store_is_rewritten_while_its_bytes_are_few(tmp_path: Path) -> None:
+    """On a local disk the view's records decide; on an object store the table's
+    bytes too."""
+    from dd_etl.runtime.sizing import Thresholds
+
+    text = GOOD + "sizing: {rewrite_records: 10, store_rewrite_bytes: 1000}\n"
+    thresholds = Thresholds(**load_config(write(tmp_path, text)).config.sizing.settings())
+    assert thresholds.rewrites_whole(10, None) and not thresholds.rewrites_whole(11, None)
+    assert thresholds.rewrites_whole(10, 1000) and not thresholds.rewrites_whole(10, 1001)
+    assert not thresholds.rewrites_whole(11, 0)

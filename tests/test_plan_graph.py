@@ -8,6 +8,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import (
     batch_bound,
+    columns_read,
     dependants,
     distinct_updates,
     keyed_by,
@@ -163,6 +164,21 @@ def test_unique_keys_pass_projections_filters_and_joins_meeting_one_row_per_key(
     assert unique_key(join(g["r"], sums)) == ("k",)  # an aggregate's parts, joined by k
     assert unique_key(join(g["r"], g["s"])) is None  # a k may meet many source rows
     assert unique_key(join(g["s"], g["r"])) is None
+
+
+def test_a_sources_columns_read_are_those_its_projections_name() -> None:
+    """A projection reads the columns it names, anything else all of them; a declared
+    key is read, the default key (every column) is not."""
+    wide = StructType([*SCHEMA.fields, StructField("note", LongType())])
+    keyed = n.Source("s", (), wide, name="t", key=("k",))
+    unkeyed = n.Source("u", (), wide, name="u", key=("k", "v", "note"))
+    for src, read in ((keyed, {"k", "v"}), (unkeyed, {"v"})):
+        named = n.Select("p", (src,), SCHEMA, named=(("value", "`v`"),))
+        assert columns_read(src, [src, named]) == read
+        computed = n.Select("c", (src,), SCHEMA, named=(("value", "v + 1"),))
+        assert columns_read(src, [src, named, computed]) == {"k", "v", "note"}
+        kept = n.Filter("f", (src,), wide, predicate="v > 0")
+        assert columns_read(src, [kept]) == {"k", "v", "note"}
 
 
 def test_a_node_needs_its_required_fields_by_name() -> None:

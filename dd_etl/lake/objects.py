@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,15 +37,19 @@ class StoredObject:
 
 def create(where: Location, data: bytes) -> bool:
     """Store ``data`` at ``where`` unless something is there already; whether it was
-    stored. Of writers racing for one place exactly one gets True."""
+    stored. Of writers racing for one place exactly one gets True, and a reader
+    sees the object whole or not at all (on a local disk it is written aside and
+    linked into place, which fails if the name is taken)."""
     if where.is_local:
         where.path.parent.mkdir(parents=True, exist_ok=True)
+        aside = where.path.with_name(f".{where.path.name}.{uuid.uuid4().hex}.tmp")
+        aside.write_bytes(data)
         try:
-            fd = os.open(where.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.link(aside, where.path)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
+        finally:
+            aside.unlink()
         return True
     store, key = _store_of(where)
     try:

@@ -32,6 +32,7 @@ from dd_etl.pipeline.config import (
     warehouse_of,
 )
 from dd_etl.plan.dataflow import Collection, Dataflow, PlanError
+from dd_etl.plan.graph import columns_read, upstream
 from dd_etl.plan.inferred import InferredSchemas, analysis_context
 from dd_etl.runtime import Runtime
 from dd_etl.runtime.sizing import Thresholds
@@ -131,6 +132,11 @@ def open_pipeline(file: str | Path, spark: SparkSession | None = None) -> Pipeli
         # compile_view registers SQL views itself; Python views are registered here
         tables[name] = built if name in flow.views else flow.view(name, built)
         flow.refresh[name] = view.refresh_policy
+    nodes = upstream(list(flow.views.values()))
+    for name, node in flow.sources.items():
+        reader = readers[name]
+        if isinstance(reader, DeltaSource):  # columns no view reads may change under it
+            readers[name] = reader.reading(columns_read(node, nodes))
     schemas.save()
     runtime = Runtime(flow, config.compaction.retain_epochs, thresholds)
     return Pipeline(loaded, spark, flow, runtime, readers, tables)

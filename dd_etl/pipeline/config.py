@@ -170,6 +170,9 @@ class SizingConfig(_Model):
     rewrite_records: int | None = Field(default=None, ge=0)
     """A materialized table of a view of at most this many records is rewritten
     whole; a larger one takes the view's changes by a Delta MERGE (default 25 M)."""
+    store_rewrite_bytes: int | None = Field(default=None, ge=0)
+    """On an object store, a materialized table is rewritten whole only while its
+    files hold at most this many bytes (default 16 MiB)."""
 
     def settings(self) -> dict[str, Any]:
         """The sizes the file sets, by name."""

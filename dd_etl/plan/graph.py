@@ -5,7 +5,7 @@ computed, and what a trace is keyed by. No Spark, no storage."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from dd_etl.operators.linear import referenced_column
 from dd_etl.plan import nodes as n
@@ -210,6 +210,22 @@ def passed_through(select: n.Select) -> dict[str, str]:
         for out, read in columns
         if out is not None and read is not None and outputs[out] == 1
     }
+
+
+def columns_read(source: n.Source, nodes: Iterable[n.Node]) -> frozenset[str]:
+    """The columns of ``source`` that ``nodes`` (a dataflow's) read: its declared
+    key, and of each node reading it the columns a projection names; any other
+    reader reads them all. A column none reads may change or go under the source
+    without changing what any node computes."""
+    read = set() if source.key == tuple(source.columns) else set(source.key)
+    for node in nodes:
+        if all(i.id != source.id for i in node.inputs):
+            continue
+        passed = passed_through(node) if isinstance(node, n.Select) else {}
+        if not isinstance(node, n.Select) or len(passed) < len(node.exprs) + len(node.named):
+            return frozenset(source.columns)
+        read |= set(passed.values())
+    return frozenset(read)
 
 
 def keyed_leaves(node: n.Node, key: Sequence[str]) -> list[n.Node] | None:

@@ -172,6 +172,13 @@ class Thresholds:
     changes (a Delta MERGE): a MERGE of 1,000 rows took 3-4.5 s when they lay in a
     narrow key range, 5-9 s when spread over a table of 1-100 M rows, and
     rewriting 10 M rows took 3-3.7 s, 100 M 27-28 s (``bench/bench_sink.py``)."""
+    store_rewrite_bytes: int = 16 * 2**20
+    """On an object store a materialized table is rewritten whole only while its
+    files hold at most this many bytes: a store charges, and its network carries,
+    every byte an epoch writes, so a larger table takes the view's changes and
+    writes what they need (kilobytes for 1,000 changed rows). On a local S3 server
+    a MERGE of 1,000 rows took 2-4 s where rewriting 1 M rows (2.2 MB) took
+    0.4-0.8 s (``bench/bench_sink.py --object-storage``)."""
 
     def for_records(self, records: int, state: int = 0, parallelism: int = 1) -> Sizing:
         """The sizing of an interval taking in ``records``, beside the ``state``
@@ -180,6 +187,14 @@ class Thresholds:
         if records <= self.small_records:
             return SMALL
         return medium(parallelism) if records <= self.medium_share * state else LARGE
+
+    def rewrites_whole(self, records: int, stored_bytes: int | None) -> bool:
+        """Whether a materialized table of a view of ``records`` is rewritten whole
+        at an epoch that changed it, given the bytes its files hold on an object
+        store (None: on a local disk, where rewriting costs time alone)."""
+        if stored_bytes is not None and stored_bytes > self.store_rewrite_bytes:
+            return False
+        return records <= self.rewrite_records
 
     def for_bytes(self, estimated: int) -> Sizing:
         return SMALL if estimated <= self.small_bytes else LARGE

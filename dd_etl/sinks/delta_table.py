@@ -4,9 +4,11 @@ Every commit carries the application transaction ``(dd_etl/<pipeline>/<view>/<ki
 epoch)``; before writing, the table's transaction version tells whether the epoch
 is in already, so a re-run never writes an epoch twice.
 
-Here delta-rs commits: the epoch's parquet files go into a fresh directory per
-attempt, so a crashed attempt's files are never referenced. Spark writes the
-files, or the driver writes rows Spark computed into its hands (``SinkCommit``):
+Here the driver commits (``delta_commit.py``, with the change files of the
+view's changes when the table keeps a change feed): the epoch's parquet files
+go into a fresh directory per attempt, so a crashed attempt's files are never
+referenced. Spark writes the files, or the driver writes rows Spark computed
+into its hands (``SinkCommit``):
 one Spark job then computes the rows of every small sink of a tick, as the
 batch writer computes a layer's batches (``trace/batch_writer.py``). A
 materialized table that needs deletion vectors is Spark's from then on
@@ -17,19 +19,19 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from dd_etl.arrow_schema import arrow_schema
@@ -37,8 +39,12 @@ from dd_etl.errors import SinkError
 from dd_etl.failpoints import failpoint
 from dd_etl.lake import Where, as_location
 from dd_etl.profiling import count_bytes, count_commit
+from dd_etl.sinks import delta_commit
+from dd_etl.sinks.delta_commit import StoredFile
+from dd_etl.sql_text import quote
 from dd_etl.trace.arrow_files import write_files
 from dd_etl.trace.batch_writer import Computed, Write
+from dd_etl.trace.columns import DIFF
 from dd_etl.trace.delta_trace import CollectedBatch, PlannedBatch
 from dd_etl.trace.job_groups import WriteCost
 from dd_etl.trace.spark_files import ROWS_PER_FILE
@@ -52,6 +58,11 @@ VIEW_META = "dd_etl.view"
 TRACE_META = "dd_etl.trace"
 """The generation of the view trace an epoch's commit was made from: a rebuild
 starts a new one, whose history does not continue what the table holds."""
+CHANGE_TYPE = "_change_type"
+CHANGE_DIFF = "__dd_etl_change"
+"""A change's ``_diff`` where a view's rows and its changes are computed together."""
+COMMIT_ATTEMPTS = 5
+"""Versions a commit tries before giving up to another writer committing beside it."""
 HISTORY_SEARCHED = 100
 """Commits looked through, newest first, for dd_etl's last one."""
 
@@ -62,16 +73,17 @@ class SinkWrite:
 
     epoch: int
     version: int  # the table's Delta version that holds the epoch
-    operation: str  # WRITE (delta-rs, or Spark appending), MERGE (Spark)
+    operation: str  # WRITE (the driver, or Spark appending), MERGE (Spark)
     rows_added: int
-    rows_removed: int  # by deletion vectors (MERGE) or with the files removed (delta-rs)
+    rows_removed: int  # by deletion vectors (MERGE) or with the files removed (the driver)
     bytes_added: int  # of the data files added
     replaced: bool  # the commit put its rows in place of all the table's
 
     @staticmethod
     def from_commit(info: Mapping[str, Any], epoch: int) -> SinkWrite:
         """The write a commit's ``commitInfo`` records: dd_etl's own metadata for
-        delta-rs commits, Delta's operation metrics for Spark's."""
+        the driver's commits (and delta-rs's, before them), Delta's operation
+        metrics for Spark's."""
         metrics = {k: int(v) for k, v in (info.get("operationMetrics") or {}).items()}
         parameters = info.get("operationParameters") or {}
         replaced = parameters.get("mode") == "Overwrite" or info.get(REPLACED_META) == "true"
@@ -116,13 +128,19 @@ class SinkLog:
     @property
     def spark_owned(self) -> bool:
         """Whether Spark commits the table: it has deletion vectors, which Spark
-        wrote and delta-rs can neither write nor name in the files it removes."""
-        return "deletionVectors" in (self.table.protocol().writer_features or [])
+        wrote and dd_etl's own commits can neither write nor name in the files they
+        remove, or another setting those do not keep (``delta_commit.writable``)."""
+        return not delta_commit.writable(self.table)
 
     @functools.cached_property
     def history(self) -> list[dict[str, Any]]:
         """The newest commits, newest first."""
         return self.table.history(HISTORY_SEARCHED)
+
+    def stored_bytes(self) -> int:
+        """What the table's data files hold, in bytes (no Spark job)."""
+        files = pa.table(self.table.get_add_actions(flatten=True))
+        return int(pc.sum(files.column("size_bytes")).as_py() or 0)
 
     def rows_overlapping(self, column: str, low: Any, high: Any) -> int:
         """Rows of the files whose statistics of ``column`` may hold a value in
@@ -256,60 +274,77 @@ class SinkTable:
                 )
 
     def commit(
-        self, epoch: int, rows: DataFrame | pa.Table | None, replace: bool, meta: dict[str, str]
+        self,
+        epoch: int,
+        rows: DataFrame | pa.Table | None,
+        replace: bool,
+        meta: dict[str, str],
+        changes: DataFrame | pa.Table | None = None,
     ) -> SinkWrite | None:
-        """Add ``rows`` as the table's data of ``epoch`` (replacing all current data if
-        ``replace``), in one commit; None if the epoch was committed before."""
+        """Add ``rows`` as the table's data of ``epoch`` (in place of all its current
+        data if ``replace``) in one commit, with ``changes`` (the view's net changes
+        since the table's last epoch: its columns and ``_diff``) as the commit's
+        change files when the table keeps a change feed; None if the epoch was
+        committed before."""
         table = self.open()
         done = table.transaction_version(self.app_id)
         if done is not None and done >= epoch:
             return None
-        adds: list[AddAction] = []
-        added = 0
-        if rows is not None:
-            adds, added = self._write(rows, f"epoch={epoch}-{uuid.uuid4().hex[:8]}")
+        if not delta_commit.writable(table):
+            raise SinkError(
+                self.view,
+                self.kind,
+                self.where.uri,
+                "has settings dd_etl does not write by (column mapping, constraints, generated "
+                "columns or append-only); move the table away, and the next run writes it "
+                "again whole",
+            )
+        attempt = f"epoch={epoch}-{uuid.uuid4().hex[:8]}"
+        added = [] if rows is None else self._write(rows, attempt)
+        changed = []
+        if changes is not None and delta_commit.feed_on(table):
+            changed = self._write(_feed_rows(changes), f"{delta_commit.CHANGE_DATA}/{attempt}")
         failpoint("sink.files_written")
-        removes: list[RemoveAction] = []
-        removed = 0
-        now = int(time.time() * 1000)
-        if replace:
-            current = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-            removes = [
-                RemoveAction(p, True, now, int(s))
-                for p, s in zip(current.get("path", []), current.get("size_bytes", []), strict=True)
-            ]
-            removed = sum(int(r or 0) for r in current.get("num_records", []))
-        size = sum(a.size for a in adds)
-        written = {
-            ADDED_META: str(added),
-            REMOVED_META: str(removed),
-            BYTES_META: str(size),
-            REPLACED_META: str(replace).lower(),
-        }
-        properties = CommitProperties(
-            app_transactions=[Transaction(self.app_id, epoch)],
-            custom_metadata={EPOCH_META: str(epoch), **meta, **written},
+        for _ in range(COMMIT_ATTEMPTS):
+            removed = _files(table) if replace else []
+            rows_added, rows_removed = (sum(f.records for f in files) for files in (added, removed))
+            size = sum(f.size for f in added)
+            written = {
+                ADDED_META: str(rows_added),
+                REMOVED_META: str(rows_removed),
+                BYTES_META: str(size),
+                REPLACED_META: str(replace).lower(),
+            }
+            info = {EPOCH_META: str(epoch), **meta, **written}
+            actions = delta_commit.Actions(added, removed, changed, replace)
+            if delta_commit.commit(self.where, table, actions, (self.app_id, epoch), info):
+                count_bytes(written=size + sum(f.size for f in changed))
+                count_commit()
+                version = table.version()
+                return SinkWrite(epoch, version, "WRITE", rows_added, rows_removed, size, replace)
+            # another writer took the version: a maintenance commit, or this very
+            # commit whose answer was lost and which the store client sent again
+            table.update_incremental()
+            log = SinkLog(table, self.app_id)
+            if log.epoch is not None and log.epoch >= epoch:
+                return log.last_write()
+        raise SinkError(
+            self.view,
+            self.kind,
+            self.where.uri,
+            f"another writer committed to the table {COMMIT_ATTEMPTS} times while dd_etl "
+            "committed its epoch; run again once it is done",
         )
-        actions: Sequence[AddAction | RemoveAction] = [*adds, *removes]
-        table.create_write_transaction(
-            list(actions), "append", table.schema(), commit_properties=properties
-        )
-        count_bytes(written=size)
-        count_commit()
-        table.update_incremental()
-        return SinkWrite(epoch, table.version(), "WRITE", added, removed, size, replace)
 
-    def _write(self, rows: DataFrame | pa.Table, directory: str) -> tuple[list[AddAction], int]:
-        """Parquet files of ``rows`` in ``directory``, as actions adding them, and
-        their row count. Spark writes a DataFrame's partitions in parallel."""
+    def _write(self, rows: DataFrame | pa.Table, directory: str) -> list[StoredFile]:
+        """Parquet files of ``rows`` in ``directory``. Spark writes a DataFrame's
+        partitions in parallel."""
         if isinstance(rows, pa.Table):
             write_files(self.where, directory, rows, ROWS_PER_FILE)  # the attempt's own directory
         else:
             writer = rows.write.option("maxRecordsPerFile", ROWS_PER_FILE)
             writer.mode("error").parquet((self.where / directory).spark)
-        now = int(time.time() * 1000)
-        adds = []
-        total = 0
+        written = []
         fs = self.where.filesystem
         found = fs.get_file_info(
             pafs.FileSelector((self.where / directory).fs_path, allow_not_found=True)
@@ -319,10 +354,37 @@ class SinkTable:
                 continue
             with fs.open_input_file(info.path) as stream:
                 records = pq.read_metadata(stream).num_rows
-            total += records
-            stats = f'{{"numRecords":{records}}}'
-            adds.append(AddAction(f"{directory}/{info.base_name}", info.size, {}, now, True, stats))
-        return adds, total
+            written.append(StoredFile(f"{directory}/{info.base_name}", info.size, records))
+        return written
+
+
+def _files(table: DeltaTable) -> list[StoredFile]:
+    """The table's data files as of its version."""
+    current = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    return [
+        StoredFile(str(p), int(s), int(n or 0))
+        for p, s, n in zip(
+            current.get("path", []),
+            current.get("size_bytes", []),
+            current.get("num_records", []),
+            strict=True,
+        )
+    ]
+
+
+def _feed_rows(changes: DataFrame | pa.Table) -> DataFrame | pa.Table:
+    """Net changes (columns and ``_diff``) as a change feed's rows: a change of ``d``
+    is ``|d|`` rows, inserted for ``d > 0``, deleted for ``d < 0``."""
+    if isinstance(changes, pa.Table):
+        diffs = changes.column(DIFF).to_pylist()
+        each = [(i, d) for i, d in enumerate(diffs) for _ in range(abs(d))]
+        kinds = pa.array(["insert" if d > 0 else "delete" for _, d in each], pa.string())
+        taken = changes.drop_columns([DIFF]).take(pa.array([i for i, _ in each], pa.int64()))
+        return taken.append_column(CHANGE_TYPE, kinds)
+    data = [F.col(quote(c)) for c in changes.columns if c != DIFF]
+    kind = F.when(F.col(DIFF) > 0, "insert").otherwise("delete").alias(CHANGE_TYPE)
+    copies = F.explode(F.sequence(F.lit(1), F.abs(F.col(DIFF))))
+    return changes.select(*data, kind, copies).select(*data, CHANGE_TYPE)
 
 
 def committed_epoch(info: Mapping[str, Any]) -> int | None:
@@ -332,7 +394,7 @@ def committed_epoch(info: Mapping[str, Any]) -> int | None:
 
 
 def commit_meta(info: Mapping[str, Any]) -> dict[str, str]:
-    """What dd_etl recorded with a sink commit, from its ``commitInfo``: delta-rs
+    """What dd_etl recorded with a sink commit, from its ``commitInfo``: the driver's
     commits carry it as fields of their own, Spark's in ``userMetadata`` (JSON)."""
     user = info.get("userMetadata")
     if isinstance(user, str) and user.startswith("{"):
@@ -345,7 +407,8 @@ def commit_meta(info: Mapping[str, Any]) -> dict[str, str]:
 @dataclass(frozen=True)
 class SinkCommit:
     """A sink's commit of an epoch, planned: the rows it adds (None: none, the
-    commit only records the epoch) and whether they replace the table's. Its
+    commit only records the epoch), whether they replace the table's, and the
+    view's net changes its change files hold (None: the rows added say them). Its
     rows are written by the driver where a shared Spark job computes them into
     its hands (``batch_writer``), else by Spark."""
 
@@ -354,9 +417,23 @@ class SinkCommit:
     rows: DataFrame | None
     replace: bool
     meta: dict[str, str]
+    changes: DataFrame | None = None
 
     def to_collect(self) -> PlannedBatch | None:
-        return None if self.rows is None else PlannedBatch.as_they_are(self.rows, ROWS_PER_FILE)
+        if self.rows is None:
+            return None
+        return PlannedBatch.as_they_are(self._together(self.rows), ROWS_PER_FILE)
+
+    def _together(self, rows: DataFrame) -> DataFrame:
+        """The rows, and the changes after them, told apart by ``CHANGE_DIFF``
+        (null for a row): one Spark job computes both into the driver."""
+        if self.changes is None:
+            return rows
+        diff = F.col(DIFF).cast("long").alias(CHANGE_DIFF)
+        data = [F.col(quote(c)) for c in rows.columns]
+        return rows.select(*data, F.lit(None).cast("long").alias(CHANGE_DIFF)).unionByName(
+            self.changes.select(*data, diff)
+        )
 
     def to_write_on_executors(self) -> None:
         return None
@@ -368,11 +445,22 @@ class SinkCommit:
     def commit(self, computed: Computed | None = None) -> SinkWrite | None:
         """Commit the epoch, its rows as the driver collected them when given, else
         written by Spark; None if the epoch was committed before."""
-        rows: DataFrame | pa.Table | None = self.rows
-        if isinstance(computed, CollectedBatch):
-            schema = self.table.schema
-            rows = computed.rows if schema is None else computed.rows.cast(arrow_schema(schema))
-        return self.table.commit(self.epoch, rows, self.replace, self.meta)
+        if not isinstance(computed, CollectedBatch):
+            return self.table.commit(self.epoch, self.rows, self.replace, self.meta, self.changes)
+        rows = computed.rows
+        changes = None
+        if self.changes is not None:
+            diffs = rows.column(CHANGE_DIFF)
+            changes = rows.filter(pc.is_valid(diffs)).rename_columns(
+                [*rows.column_names[:-1], DIFF]
+            )
+            rows = rows.filter(pc.is_null(diffs)).drop_columns([CHANGE_DIFF])
+        if (schema := self.table.schema) is not None:
+            types = arrow_schema(schema)
+            rows = rows.cast(types)
+            if changes is not None:
+                changes = changes.cast(types.append(pa.field(DIFF, pa.int64())))
+        return self.table.commit(self.epoch, rows, self.replace, self.meta, changes)
 
 
 EpochCommit = Write[SinkWrite | None]

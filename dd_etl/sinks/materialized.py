@@ -4,11 +4,13 @@ Bag semantics (a row with multiplicity 3 is stored three times), in the order
 of the view's columns, readable by any Delta reader. Each epoch is one atomic
 commit, so Delta time travel goes back epoch by epoch: the commit's
 ``dd_etl.epoch`` says which. A view of a small interval's size is rewritten
-whole by the driver (delta-rs, one file, milliseconds), one of up to the
-pipeline's ``sizing.rewrite_records`` (``Thresholds`` in ``runtime/sizing.py``)
-by Spark (in parallel, committed by delta-rs); a larger view's table takes the
-view's changes, applied by Spark with deletion vectors (``spark_commit.py``):
-what an epoch writes follows its change, not the view.
+whole by the driver (one file, milliseconds), one of up to the pipeline's
+``sizing.rewrite_records`` (``Thresholds`` in ``runtime/sizing.py``) by Spark
+(in parallel, committed by the driver); either commit has change files of the
+view's changes, so the table's change feed says what the view changed. A
+larger view's table takes the view's changes, applied by Spark with deletion
+vectors (``spark_commit.py``): what an epoch writes follows its change, not the
+view.
 It is written whole instead when it has no epoch of the view's current trace
 (the first epoch, or after a rebuild) or the trace no longer keeps the history
 since its last epoch.
@@ -22,6 +24,7 @@ from pyspark.sql import functions as F
 from dd_etl.lake import Where
 from dd_etl.plan.graph import unique_key
 from dd_etl.runtime import Runtime
+from dd_etl.sinks.delta_commit import feed_on
 from dd_etl.sinks.delta_table import TRACE_META, VIEW_META, EpochCommit, SinkCommit, SinkTable
 from dd_etl.sinks.spark_commit import SparkCommit
 from dd_etl.sql_text import quote
@@ -53,14 +56,6 @@ class MaterializedView:
         trace = self.runtime.trace(self.runtime.flow.views[self.view])
         meta = {VIEW_META: self.view, TRACE_META: trace.generation}
         unchanged = changed is False and last == epoch - 1
-        rewrite = placement.driver or trace.state.records <= self.runtime.thresholds.rewrite_records
-        if rewrite and not (log is not None and log.spark_owned):
-            if unchanged:
-                return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
-            rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
-            return SinkCommit(self.table, epoch, rows, replace=True, meta=meta)
-        whole = None
-        changes = None
         # The table follows the view's trace by its changes only from an epoch of
         # this very trace (not one a rebuild discarded) whose history it still keeps.
         follows = (
@@ -69,6 +64,24 @@ class MaterializedView:
             and log.last_meta().get(TRACE_META) == trace.generation
             and trace.state.since.less_equal_time((last,))
         )
+        stored = None if log is None or self.table.where.is_local else log.stored_bytes()
+        rewrite = placement.driver or self.runtime.thresholds.rewrites_whole(
+            trace.state.records, stored
+        )
+        if rewrite and not (log is not None and log.spark_owned):
+            if unchanged:
+                return SinkCommit(self.table, epoch, None, replace=False, meta=meta)
+            rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
+            changes = None  # a table without epochs yet: the rows added are the changes
+            if log is not None and last is not None and feed_on(log.table):
+                changes = (
+                    self._net_changes(last + 1, epoch, placement)
+                    if follows
+                    else self._difference(rows)
+                )
+            return SinkCommit(self.table, epoch, rows, True, meta, changes)
+        whole = None
+        changes = None
         if not follows or (rewrite and not unchanged):
             whole = self.runtime.read(self.view, as_of=epoch, placement=placement)
         elif not unchanged:
@@ -86,6 +99,18 @@ class MaterializedView:
             lambda rows: self.runtime.read(self.view, epoch, placement, rows=rows),
             meta,
         )
+
+    def _difference(self, rows: DataFrame) -> DataFrame:
+        """``rows`` less the table's, as net changes: what putting them in place of
+        the table's changes, when the view's trace cannot say (a rebuild started
+        it over, or it no longer keeps the history since the table's epoch)."""
+        held = self.runtime.spark.read.format("delta").load(self.table.where.spark)
+        data = [F.col(quote(c)) for c in self.columns]
+        signed = rows.select(*data, F.lit(1).alias(DIFF)).unionByName(
+            held.select(*data, F.lit(-1).alias(DIFF))
+        )
+        net = signed.groupBy(*data).agg(F.sum(DIFF).alias(DIFF))
+        return net.where(F.col(DIFF) != 0)
 
     def _net_changes(self, start: int, epoch: int, placement: Placement) -> DataFrame:
         """The view's changes at epochs ``[start, epoch]`` summed per row: its columns

@@ -29,7 +29,7 @@ one the table has seen) and the epoch in its ``userMetadata``, so time travel
 goes back epoch by epoch.
 
 Spark's Delta writer costs seconds and several jobs even for one row, so a small
-view's table stays with delta-rs (``delta_table.SinkTable.commit``) until an epoch
+view's table stays with the driver's commits (``delta_table.SinkTable.commit``) until an epoch
 needs Spark: the deletion vectors Spark writes then make the table Spark's for
 good (``SinkLog.spark_owned``), so the two never write the same table in turn.
 """
@@ -128,7 +128,7 @@ class SparkCommit:
         return written
 
     def _enable_deletion_vectors(self) -> None:
-        """A table delta-rs created (or wrote while it was small) gets deletion
+        """A table the driver created (or wrote while it was small) gets deletion
         vectors before Spark's first commit, in a commit of its own."""
         if self.log is not None and not self.log.spark_owned:
             self.spark.sql(

@@ -20,6 +20,7 @@ and a larger feed goes to Spark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import metadata
 
 import deltalake
@@ -41,6 +42,9 @@ from dd_etl.sources.base import Capture, Position, conform, difference
 from dd_etl.trace.delta_trace import DeltaTrace
 
 CHANGE_TYPE = "_change_type"
+GONE = "let_go"
+"""A position's columns the source holds as NULL: the table has them no more as
+they were (renamed, dropped, retyped), and no view reads them."""
 INSERTS = ("insert", "update_postimage")
 SIGN = "__sign"
 DRIVER_FEED_RECORDS = Thresholds.small_records
@@ -59,6 +63,7 @@ class DeltaSource:
         where: Where,
         mode: str,
         driver_feed: int = DRIVER_FEED_RECORDS,
+        read: frozenset[str] | None = None,
     ) -> None:
         self.spark = spark
         self.driver_feed = driver_feed
@@ -67,6 +72,15 @@ class DeltaSource:
         self.name = name
         self.where = as_location(where)
         self.mode = mode
+        self.read = read
+        """The columns the pipeline's views read (None: all of them); any other may
+        be renamed, dropped or change type in the table (``_let_go``)."""
+
+    def reading(self, columns: frozenset[str]) -> DeltaSource:
+        """This source, for a pipeline whose views read ``columns`` of it."""
+        return DeltaSource(
+            self.spark, self.pipeline, self.name, self.where, self.mode, self.driver_feed, columns
+        )
 
     def _table(self, version: int | None = None) -> DeltaTable:
         try:
@@ -103,10 +117,17 @@ class DeltaSource:
             if first + limit - 1 < version:
                 version = first + limit - 1
                 table = self._table(version)
-        self._check_schema(table, schema)
-        if position is None:
-            changes = difference(self._read(table, schema), trace, schema)
-            return Capture(changes, {"version": version}, f"snapshot of version {version}")
+        gone = self._let_go(table, schema)
+        if position is None or sorted(gone) != position.get(GONE, []):
+            # a column let go (or back) by a difference: the trace's rows of its old
+            # values retracted, its rows as they are now inserted
+            changes = difference(self._read(table, schema, gone), trace, schema)
+            said = (
+                f"snapshot of version {version}"
+                if position is None
+                else f"version {position['version']} → {version} (diff: {_said(gone)})"
+            )
+            return Capture(changes, _position(version, gone), said)
         read = int(position["version"])
         if version < read:
             raise HistoryLost(
@@ -116,22 +137,22 @@ class DeltaSource:
                 "(was it recreated or restored?)",
             )
         if version == read:
-            return Capture(None, {"version": version}, f"version {version}, unchanged")
+            return Capture(None, _position(version, gone), f"version {version}, unchanged")
         feed = table.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
         if self.mode == "snapshot" or (self.mode == "auto" and not feed):
-            changes = difference(self._read(table, schema), trace, schema)
-            return Capture(changes, {"version": version}, f"version {read} → {version} (diff)")
+            changes = difference(self._read(table, schema, gone), trace, schema)
+            return Capture(changes, _position(version, gone), f"version {read} → {version} (diff)")
         if not feed:
             raise SourceError(self.name, "mode `cdf` but the table's change data feed is off")
         return Capture(
-            self._feed(table, read + 1, version, schema),
-            {"version": version},
+            self._feed(table, read + 1, version, schema, gone),
+            _position(version, gone),
             f"version {read} → {version}",
         )
 
     def snapshot(self, position: Position, schema: StructType) -> DataFrame | None:
         try:
-            return self._read(self._table(int(position["version"])), schema)
+            return self._read(self._table(int(position["version"])), schema, position.get(GONE, []))
         except HistoryLost:
             return None
 
@@ -165,25 +186,34 @@ class DeltaSource:
 
     # ---------------------------------------------------------------- reading
 
-    def _check_schema(self, table: DeltaTable, schema: StructType) -> None:
+    def _let_go(self, table: DeltaTable, schema: StructType) -> list[str]:
+        """The source's columns the table no longer has as they were (renamed,
+        dropped, or of another type) and no view reads: the source holds them as
+        NULL from then on. One a view reads (or one that cannot be NULL) is lost
+        history, naming it."""
         current = from_arrow_schema(pa.schema(table.schema().to_arrow()))
         have = {f.name: f.dataType for f in current.fields}
-        lost = [f.name for f in schema.fields if f.name not in have]
-        changed = [
-            f"{f.name} ({f.dataType.simpleString()} → {have[f.name].simpleString()})"
-            for f in schema.fields
-            if f.name in have and have[f.name] != f.dataType
-        ]
-        if lost or changed:
-            what = (f"columns {lost} were renamed or dropped" if lost else "") + (
-                f"{'; ' if lost else ''}columns changed type: {', '.join(changed)}"
-                if changed
-                else ""
-            )
-            raise HistoryLost(self.pipeline, self.name, f"its schema changed: {what}")
+        lost = [f for f in schema.fields if f.name not in have]
+        changed = [f for f in schema.fields if f.name in have and have[f.name] != f.dataType]
 
-    def _read(self, table: DeltaTable, schema: StructType) -> DataFrame:
-        """The snapshot's rows at ``table``'s version, read by Spark's Delta reader."""
+        def read(f: StructField) -> bool:
+            return not f.nullable or self.read is None or f.name in self.read
+
+        renamed = [f.name for f in lost if read(f)]
+        retyped = [
+            f"{f.name} ({f.dataType.simpleString()} → {have[f.name].simpleString()})"
+            for f in changed
+            if read(f)
+        ]
+        if renamed or retyped:
+            what = [f"columns {renamed} were renamed or dropped"] if renamed else []
+            what += [f"columns changed type: {', '.join(retyped)}"] if retyped else []
+            raise HistoryLost(self.pipeline, self.name, f"its schema changed: {'; '.join(what)}")
+        return sorted(f.name for f in lost + changed)
+
+    def _read(self, table: DeltaTable, schema: StructType, gone: Sequence[str]) -> DataFrame:
+        """The snapshot's rows at ``table``'s version, read by Spark's Delta reader,
+        the columns ``gone`` NULL."""
         reader = self.spark.read.format("delta").option("versionAsOf", table.version())
         try:
             rows = reader.load(self.where.spark)
@@ -191,13 +221,16 @@ class DeltaSource:
             if _unsupported(e):
                 raise self._unreadable(e) from None
             raise
-        return conform(rows, schema)
+        return conform(_without(rows, gone), schema)
 
-    def _feed(self, table: DeltaTable, start: int, end: int, schema: StructType) -> DataFrame:
-        """The change feed of versions ``start..end`` as updates of ``schema``."""
+    def _feed(
+        self, table: DeltaTable, start: int, end: int, schema: StructType, gone: Sequence[str]
+    ) -> DataFrame:
+        """The change feed of versions ``start..end`` as updates of ``schema``, the
+        columns ``gone`` NULL."""
         features = set(table.protocol().reader_features or [])
         if features <= DRIVER_FEED_FEATURES:
-            small = self._feed_in_driver(table, start, end, schema)
+            small = self._feed_in_driver(table, start, end, schema, gone)
             if small is not None:
                 return small
         try:
@@ -214,10 +247,10 @@ class DeltaSource:
             raise self._feed_lost(start, end, e) from None
         failpoint("source.feed_planned")
         sign = F.when(F.col(CHANGE_TYPE).isin(*INSERTS), 1).otherwise(-1)
-        return conform(feed, schema, sign)
+        return conform(_without(feed, gone), schema, sign)
 
     def _feed_in_driver(
-        self, table: DeltaTable, start: int, end: int, schema: StructType
+        self, table: DeltaTable, start: int, end: int, schema: StructType, gone: Sequence[str]
     ) -> DataFrame | None:
         """The feed read by delta-rs, unless it holds more than ``driver_feed`` rows."""
         try:
@@ -236,6 +269,10 @@ class DeltaSource:
         if rows == 0:
             return conform(local_relation(self.spark, data_types.empty_table(), schema), schema)
         feed = pa.Table.from_batches(read)
+        for name in gone:
+            if name in feed.column_names:
+                feed = feed.drop_columns([name])
+            feed = feed.append_column(name, pa.nulls(feed.num_rows, data_types.field(name).type))
         # delta-rs hands out string_view; Spark wants plain strings
         data = feed.select(names).cast(data_types)
         kinds = feed.column(CHANGE_TYPE).cast(pa.string()).to_pylist()
@@ -259,6 +296,21 @@ class DeltaSource:
             self.name,
             f"its change data feed for versions {start}..{end} cannot be read ({first_line(e)})",
         )
+
+
+def _without(rows: DataFrame, gone: Sequence[str]) -> DataFrame:
+    """``rows`` with the columns ``gone`` NULL (``conform`` casts them)."""
+    return rows.withColumns({name: F.lit(None) for name in gone}) if gone else rows
+
+
+def _position(version: int, gone: Sequence[str]) -> Position:
+    return {"version": version, GONE: sorted(gone)} if gone else {"version": version}
+
+
+def _said(gone: Sequence[str]) -> str:
+    if not gone:
+        return "every column read again"
+    return f"columns no view reads are NULL from now on: {', '.join(gone)}"
 
 
 def _unsupported(e: Exception) -> bool:
