@@ -345,7 +345,7 @@ def test_a_pipeline_reads_anothers_table_on_s3_by_its_change_feed(
     exactly its view's changes, whether the table is rewritten whole or (past
     ``store_rewrite_bytes``) takes the changes by a MERGE: the second takes each
     epoch's changes from it, and its view equals Spark SQL over the table as the
-    first left it."""
+    first left it. A column the second does not read, renamed: no rebuild."""
     credentials(s3_server, monkeypatch)
     bucket = s3_server.bucket()
     first = on_store(join_pipeline(tmp_path / "first", "data"), s3_server, bucket)
@@ -370,5 +370,17 @@ def test_a_pipeline_reads_anothers_table_on_s3_by_its_change_feed(
         if epoch:  # what the second read: exactly what the first's view changed
             now, before = (view_at(first, "boroughs", e) for e in (epoch, epoch - 1))
             assert feed_of_epoch(table, epoch) == (now - before, before - now)
+
+    # a column the second's view does not read, renamed under column mapping: the
+    # run goes on, no rebuild, the view still equal to Spark SQL over the table
+    boroughs = f"delta.`{table.spark}`"
+    spark.sql(f"ALTER TABLE {boroughs} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    spark.sql(f"ALTER TABLE {boroughs} RENAME COLUMN last_trip TO newest_trip")
+    said = run(second)
+    assert "columns no view reads are NULL from now on: last_trip" in " ".join(said.split())
+    assert "rebuilt" not in said, said
+    spark.read.format("delta").load(table.spark).createOrReplaceTempView("boroughs")
+    expected = bag([r.asDict() for r in spark.sql(CHAINED_SQL).collect()])
+    assert view_at(second, "busy", 3) == expected
     shown = [cli(*c) for c in (["status", str(second), "--json"], ["explain", str(second), "busy"])]
     assert all(s3_server.secret_key not in text for text in shown)  # secrets never shown
