@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -37,6 +38,8 @@ def spark() -> Iterator[SparkSession]:
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.driver.memory": "2g",
+            # tables a test makes with Spark's own catalog (dbt's, for one) go here
+            "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="spark-warehouse-"),
         },
     )
     os.environ[CHILD_JVMS] = child_jvms

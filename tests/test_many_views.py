@@ -25,6 +25,7 @@ from dd_etl import failpoints
 from dd_etl.cli import app
 from dd_etl.dagster import SparkResource, pipeline_definitions
 from dd_etl.dagster.names import PIPELINES_ENV
+from tests.conftest import CHILD_JVMS
 from tests.support.many_views import ManyViews
 from tests.support.trace_rows import view_contents
 
@@ -114,7 +115,8 @@ def test_every_view_equals_duckdb_over_a_load_and_an_epoch(
     done = subprocess.run(
         [*DD_ETL, "run", path, "--profile"],
         cwd=ROOT,
-        env={**os.environ, "DD_ETL_FAILPOINTS": "layers/1.job=1:oom"},
+        # a run of minutes: its JVM compiles with C2 too (conftest.py's child JVMs do not)
+        env={**os.environ, "DD_ETL_FAILPOINTS": "layers/1.job=1:oom", CHILD_JVMS: "pyspark-shell"},
         capture_output=True,
         text=True,
         timeout=900,

@@ -22,6 +22,7 @@ from dd_etl.cli.render import fail
 
 if TYPE_CHECKING:
     from dd_etl.pipeline.build import Pipeline
+    from dd_etl.pipeline.config import LoadedConfig
     from dd_etl.pipeline.progress import Progress as TickProgress
 
 app = typer.Typer()
@@ -83,9 +84,25 @@ def run(
             f"{verb} epoch {report.epoch} in {report.seconds:.1f}s: {changed} view change records",
             highlight=False,
         )
+        _print_tests(p.loaded)
         if profile and report.profile is not None:
             text = "\n".join(report.profile.lines())
             out.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_tests(loaded: LoadedConfig) -> None:
+    """A dbt project's tests as the epoch leaves them: the count of each status, and
+    the tests that did not pass."""
+    if loaded.dbt is None or not loaded.dbt.tests:
+        return
+    from dd_etl.dbt.tests import outcomes, summary_line
+    from dd_etl.pipeline.config import warehouse_of
+
+    found = outcomes(loaded.dbt.tests, warehouse_of(loaded))
+    err.print(summary_line(found), highlight=False)
+    for outcome in found:
+        if outcome.status != "pass":
+            err.print(f"  {outcome.describe()}", highlight=False, markup=False)
 
 
 @app.command()
@@ -94,7 +111,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Per source and view: frontiers, batches and records of its trace, lag, last tick."""
-    from dd_etl.pipeline.config import load_config
+    from dd_etl.pipeline.config import load_config, warehouse_of
     from dd_etl.pipeline.status import pipeline_status
 
     loaded = load_config(pipeline)
@@ -126,6 +143,15 @@ def status(
         )
     out.print(table)
     out.print(f"internal traces: {st.internal_traces} ({st.internal_records} records)")
+    if loaded.dbt is not None and loaded.dbt.tests:
+        from dd_etl.dbt.tests import outcomes
+
+        table = Table("dbt test", "on", "status", "failing rows", "severity")
+        for o in outcomes(loaded.dbt.tests, warehouse_of(loaded)):
+            t = o.test
+            failures = "-" if o.failures is None else str(o.failures)
+            table.add_row(t.name, t.model or "", o.status or "not run", failures, t.severity)
+        out.print(table)
 
 
 def _n(value: int | None) -> str:

@@ -16,7 +16,15 @@ from typing import Any
 import dagster as dg
 
 from dd_etl.dagster.checks import cheap_check_specs
-from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, WARM_UNTIL_TAG, asset_key, identifier
+from dd_etl.dagster.dbt_nodes import spec_fields, test_check_specs
+from dd_etl.dagster.names import (
+    KIND_TAG,
+    PIPELINE_TAG,
+    WARM_UNTIL_TAG,
+    asset_key,
+    asset_views,
+    identifier,
+)
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.step import Step, execute
 from dd_etl.pipeline.analysis import referenced_tables, view_order
@@ -25,20 +33,21 @@ from dd_etl.pipeline.config import LoadedConfig
 
 def asset_specs(loaded: LoadedConfig) -> list[dg.AssetSpec]:
     config = loaded.config
-    name = config.name
+    group = identifier(config.name)
     specs = []
     for source, sc in config.sources.items():
-        specs.append(
-            dg.AssetSpec(
-                asset_key(name, source),
-                group_name=identifier(name),
-                description=f"Source {source}: {sc.format} at {sc.path}",
-                kinds={"spark", "delta" if sc.format == "delta" else sc.format},
-                metadata={"path": str(loaded.resolve(sc.path))},
-                skippable=True,
-            )
-        )
+        fields = {
+            "group_name": group,
+            "description": f"Source {source}: {sc.format} at {sc.path}",
+            "kinds": {"spark", "delta" if sc.format == "delta" else sc.format},
+            "metadata": {"path": str(loaded.resolve(sc.path))},
+            **(spec_fields(loaded, source) or {}),
+        }
+        specs.append(dg.AssetSpec(asset_key(loaded, source), skippable=True, **fields))
+    views = set(asset_views(loaded))
     for view in view_order(loaded):
+        if view not in views:
+            continue
         vc = config.views[view]
         definition = (
             f"```sql\n{vc.sql.strip()}\n```" if vc.sql is not None else f"Python: `{vc.python}`"
@@ -46,15 +55,19 @@ def asset_specs(loaded: LoadedConfig) -> list[dg.AssetSpec]:
         metadata: dict[str, Any] = {"definition": dg.MetadataValue.md(definition)}
         if vc.materialize is not None:
             metadata["materialized at"] = str(loaded.resolve(vc.materialize.path))
+        fields = {
+            "group_name": group,
+            "description": f"View {view}, kept up to date incrementally",
+            "kinds": {"spark", "delta"},
+            **(spec_fields(loaded, view) or {}),
+        }
+        fields["metadata"] = {**metadata, **fields.get("metadata", {})}
         specs.append(
             dg.AssetSpec(
-                asset_key(name, view),
-                deps=[asset_key(name, t) for t in referenced_tables(loaded, view, vc)],
-                group_name=identifier(name),
-                description=f"View {view}, kept up to date incrementally",
-                kinds={"spark", "delta"},
-                metadata=metadata,
+                asset_key(loaded, view),
+                deps=[asset_key(loaded, t) for t in referenced_tables(loaded, view, vc)],
                 skippable=True,
+                **fields,
             )
         )
     return specs
@@ -64,12 +77,12 @@ def pipeline_assets(loaded: LoadedConfig, max_lag: int = 0) -> dg.AssetsDefiniti
     """The pipeline's assets; loading them reads the config only (no Spark)."""
     name = loaded.config.name
     file = loaded.file
-    keys = {asset_key(name, t): t for t in [*loaded.config.sources, *loaded.config.views]}
+    keys = {asset_key(loaded, t): t for t in [*loaded.config.sources, *asset_views(loaded)]}
 
     @dg.multi_asset(
         name=f"{identifier(name)}_assets",
         specs=asset_specs(loaded),
-        check_specs=cheap_check_specs(loaded),
+        check_specs=[*cheap_check_specs(loaded), *test_check_specs(loaded)],
         can_subset=True,
         op_tags={PIPELINE_TAG: name, KIND_TAG: "tick"},
         pool=f"dd_etl_{identifier(name)}",

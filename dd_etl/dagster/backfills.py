@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
+from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, asset_views, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import failures, logged_progress, open_for
 
@@ -55,17 +55,19 @@ class RestateConfig(dg.Config):
 
 def _epoch_events(pipeline: "Pipeline", report: "TickReport") -> list[dg.AssetMaterialization]:
     """What an epoch of a backfill did, on the assets it touched."""
+    assets = set(asset_views(pipeline.loaded))
     events = [
         dg.AssetMaterialization(
-            asset_key(pipeline.name, s), metadata={"epoch": report.epoch, "taken in": taken}
+            asset_key(pipeline.loaded, s), metadata={"epoch": report.epoch, "taken in": taken}
         )
         for s, taken in report.sources.items()
     ]
     events += [
         dg.AssetMaterialization(
-            asset_key(pipeline.name, v), metadata={"epoch": report.epoch, "rows out": written}
+            asset_key(pipeline.loaded, v), metadata={"epoch": report.epoch, "rows out": written}
         )
         for v, written in report.views.items()
+        if v in assets
     ]
     return events
 

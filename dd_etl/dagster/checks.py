@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from dd_etl.dagster.names import asset_key
+from dd_etl.dagster.names import asset_key, asset_views
 from dd_etl.pipeline.config import LoadedConfig
 
 if TYPE_CHECKING:
@@ -21,23 +21,22 @@ EQUIVALENCE = "equivalence"
 
 
 def cheap_check_specs(loaded: LoadedConfig) -> list[dg.AssetCheckSpec]:
-    name = loaded.config.name
     specs = [
         dg.AssetCheckSpec(
             INVARIANTS,
-            asset=asset_key(name, table),
+            asset=asset_key(loaded, table),
             description="Batches contiguous over [lower, upper); upper, since and reader "
             "holds never moved back (recent Delta log commits)",
         )
-        for table in [*loaded.config.sources, *loaded.config.views]
+        for table in [*loaded.config.sources, *asset_views(loaded)]
     ]
     specs += [
         dg.AssetCheckSpec(
             FRESHNESS,
-            asset=asset_key(name, view),
+            asset=asset_key(loaded, view),
             description="Epochs the sources have taken in that the view has not computed",
         )
-        for view in loaded.config.views
+        for view in asset_views(loaded)
     ]
     return specs
 
@@ -51,13 +50,13 @@ def invariants_result(pipeline: Pipeline, table: str) -> dg.AssetCheckResult:
         report = audit(pipeline.warehouse / str(node.trace_name))
     except TraceNotFound:
         return dg.AssetCheckResult(
-            asset_key=asset_key(pipeline.name, table),
+            asset_key=asset_key(pipeline.loaded, table),
             check_name=INVARIANTS,
             passed=True,
             metadata={"commits": 0, "note": "no trace yet"},
         )
     return dg.AssetCheckResult(
-        asset_key=asset_key(pipeline.name, table),
+        asset_key=asset_key(pipeline.loaded, table),
         check_name=INVARIANTS,
         passed=report.ok,
         metadata={"commits": report.commits, "problems": dg.MetadataValue.json(report.problems)},
@@ -74,7 +73,7 @@ def freshness_result(pipeline: Pipeline, view: str, max_lag: int) -> dg.AssetChe
     upper = epoch_of(rt.trace(pipeline.flow.views[view]).reload().upper)
     lag = max(0, sources - upper)
     return dg.AssetCheckResult(
-        asset_key=asset_key(pipeline.name, view),
+        asset_key=asset_key(pipeline.loaded, view),
         check_name=FRESHNESS,
         passed=lag <= max_lag,
         severity=dg.AssetCheckSeverity.WARN,
@@ -86,11 +85,11 @@ def equivalence_specs(loaded: LoadedConfig) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
             EQUIVALENCE,
-            asset=asset_key(loaded.config.name, view),
+            asset=asset_key(loaded, view),
             description="The view equals a from-scratch evaluation of its definition at "
             "its latest epoch (hash-sampled rows on large views)",
         )
-        for view in loaded.config.views
+        for view in asset_views(loaded)
     ]
 
 
@@ -111,7 +110,7 @@ def equivalence_results(
                 [[count, {k: str(v) for k, v in row.items()}] for count, row in mismatch.rows]
             )
         yield dg.AssetCheckResult(
-            asset_key=asset_key(pipeline.name, view),
+            asset_key=asset_key(pipeline.loaded, view),
             check_name=EQUIVALENCE,
             passed=mismatch is None,
             metadata=metadata,  # type: ignore[arg-type]

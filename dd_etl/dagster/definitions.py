@@ -13,7 +13,8 @@ from dd_etl.dagster.assets import pipeline_assets
 from dd_etl.dagster.automation import TickJob, source_sensor, tick_schedule
 from dd_etl.dagster.backfills import backfill_jobs
 from dd_etl.dagster.checks import cheap_check_specs, equivalence_results, equivalence_specs
-from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, identifier
+from dd_etl.dagster.dbt_nodes import test_check_specs
+from dd_etl.dagster.names import KIND_TAG, PIPELINE_TAG, asset_key, asset_views, identifier
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import failures, open_for
 from dd_etl.lake import Location, Where, as_location
@@ -82,7 +83,7 @@ def maintenance_definitions(
 
 def equivalence_check(loaded: LoadedConfig, sample_above: int) -> dg.AssetChecksDefinition:
     file, name = loaded.file, loaded.config.name
-    views = {asset_key(name, v): v for v in loaded.config.views}
+    views = {asset_key(loaded, v): v for v in asset_views(loaded)}
 
     @dg.multi_asset_check(
         name=f"{identifier(name)}_equivalence",
@@ -134,7 +135,7 @@ def pipeline_definitions(
         audit = equivalence_check(loaded, sample_above)
         assets.append(tables)
         checks.append(audit)
-        cheap = [spec.key for spec in cheap_check_specs(loaded)]
+        cheap = [spec.key for spec in [*cheap_check_specs(loaded), *test_check_specs(loaded)]]
         tick = dg.define_asset_job(
             f"{prefix}_tick",
             selection=dg.AssetSelection.assets(tables).without_checks()

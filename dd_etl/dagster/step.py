@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from dd_etl.dagster.checks import FRESHNESS, INVARIANTS, freshness_result, invariants_result
+from dd_etl.dagster.dbt_nodes import test_results, test_views
 from dd_etl.dagster.names import asset_key
 from dd_etl.dagster.resources import SparkResource
 from dd_etl.dagster.runs import Log, failure, failures, logged_progress, open_for
@@ -94,25 +95,29 @@ def run(step: Step, log: Log) -> Iterator[Result]:
     pipeline = open_for(Path(step.file), spark)
     sources = [s for s in pipeline.flow.sources if s in step.tables]
     views = [v for v in pipeline.flow.views if v in step.tables]
-    if sources or views:
-        yield from materialize(pipeline, sources, views, log)
+    tests = test_views(pipeline.loaded, [check for _, check in step.checks])
+    if sources or views or tests:
+        yield from materialize(pipeline, sources, views, log, tests)
     for table, check in step.checks:
         if check == INVARIANTS:
             yield invariants_result(pipeline, table)
         elif check == FRESHNESS:
             yield freshness_result(pipeline, table, step.max_lag)
+    yield from test_results(pipeline, tests)
 
 
 def materialize(
-    pipeline: Pipeline, sources: list[str], views: list[str], log: Log
+    pipeline: Pipeline, sources: list[str], views: list[str], log: Log, tests: Sequence[str] = ()
 ) -> Iterator[dg.MaterializeResult[Any]]:
+    """The tick over ``sources`` and ``views`` (and the views of dbt ``tests``, which
+    are checks, not assets), and the materializations of the assets."""
     from dd_etl.dagster.metadata import source_metadata, view_metadata
     from dd_etl.pipeline.tick import run_tick
 
     rt = pipeline.runtime
     lowers = {v: rt.trace(pipeline.flow.views[v]).reload().upper.epoch_bound() or 0 for v in views}
     progress, finished = logged_progress(log)
-    report = run_tick(pipeline, progress, sources=sources, views=views)
+    report = run_tick(pipeline, progress, sources=sources, views=[*views, *tests])
     for view, why in report.rebuilt.items():
         log(f"rebuilt {view}: {why}")
     log(
@@ -121,7 +126,7 @@ def materialize(
     )
     for source in sources:
         metadata = source_metadata(pipeline, source, report.epoch, report.sources[source])
-        yield dg.MaterializeResult(asset_key=asset_key(pipeline.name, source), metadata=metadata)
+        yield dg.MaterializeResult(asset_key=asset_key(pipeline.loaded, source), metadata=metadata)
     for view in views:
         metadata = view_metadata(
             pipeline,
@@ -133,7 +138,7 @@ def materialize(
             report.profile,
         )
         yield dg.MaterializeResult(
-            asset_key=asset_key(pipeline.name, view),
+            asset_key=asset_key(pipeline.loaded, view),
             metadata=metadata,
             data_version=dg.DataVersion(str(metadata["upper"])),
         )

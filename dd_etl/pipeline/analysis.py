@@ -17,7 +17,6 @@ import functools
 import sqlglot
 from sqlglot import exp
 
-from dd_etl.errors import ConfigError
 from dd_etl.pipeline.config import LoadedConfig, ViewConfig
 from dd_etl.plan.sql.errors import Located, SqlError
 from dd_etl.plan.sql.refusals import refuse
@@ -50,18 +49,15 @@ def referenced_tables(loaded: LoadedConfig, name: str, view: ViewConfig) -> list
     except SqlError as e:
         line = e.line or 1
         where = f"line {line}, col {e.col} of the query" if e.line else "the query"
-        raise ConfigError(
-            loaded.file, key, f"{where}: {e.reason}", query_line_in_file(loaded, key, line)
-        ) from None
+        raise loaded.query_error(key, f"{where}: {e.reason}", line) from None
     found: list[str] = []
     for table, line, col in named:
         if table not in known:
-            raise ConfigError(
-                loaded.file,
+            raise loaded.query_error(
                 key,
                 f"line {line}, col {col} of the query: unknown table {table!r}; "
                 f"tables are {sorted(known - {name})}",
-                query_line_in_file(loaded, key, line),
+                line,
             )
         if table not in found:
             found.append(table)
@@ -110,12 +106,6 @@ def view_order(loaded: LoadedConfig) -> list[str]:
     for name in views:
         visit(name, [])
     return order
-
-
-def query_line_in_file(loaded: LoadedConfig, key: str, query_line: int) -> int | None:
-    """The line of the pipeline file that holds line ``query_line`` of the query at ``key``."""
-    first = loaded.line(f"{key}#value")
-    return None if first is None else first + query_line - 1
 
 
 def _position(sql: str, table: exp.Table) -> tuple[int, int]:

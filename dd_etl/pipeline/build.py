@@ -20,10 +20,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from dd_etl.errors import ConfigError
 from dd_etl.lake import Location
 from dd_etl.lake.probe import reachable
-from dd_etl.pipeline.analysis import query_line_in_file, referenced_tables, view_order
+from dd_etl.pipeline.analysis import referenced_tables, view_order
 from dd_etl.pipeline.config import (
     LoadedConfig,
     SourceConfig,
@@ -174,7 +173,7 @@ def make_reader(
             driver_feed,
         )
     declared = None
-    if source.columns is not None:
+    if source.columns is not None and spark is not None:  # Spark parses it; ``status`` has none
         ddl = ", ".join(f"`{c}` {t}" for c, t in source.columns.items())
         try:
             parsed = StructType.fromDDL(ddl)
@@ -244,10 +243,7 @@ def compile_sql(
         return compiled
     except SqlError as e:
         line = getattr(e, "line", None)
-        file_line = (
-            query_line_in_file(loaded, key, line) if isinstance(line, int) else loaded.line(key)
-        )
-        raise ConfigError(loaded.file, key, str(e), file_line) from None
+        raise loaded.query_error(key, str(e), line if isinstance(line, int) else None) from None
     except PlanError as e:
         raise loaded.error(key, str(e)) from None
 

@@ -24,9 +24,10 @@ import difflib
 import os
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -37,6 +38,9 @@ from dd_etl.lake import Location, StoreOptions
 from dd_etl.lake.location import LocationError
 from dd_etl.plan.refresh import DEFAULT_FULL_ABOVE, Policy, RefreshPolicy
 from dd_etl.spark_memory import driver_memory
+
+if TYPE_CHECKING:
+    from dd_etl.dbt.views import DbtProject
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """Source and view names are SQL table names and directory names."""
@@ -141,6 +145,43 @@ class ViewConfig(_Model):
         return self
 
 
+class DbtModelConfig(_Model):
+    """What the pipeline file says of one dbt model, over what its project says."""
+
+    materialize: SinkConfig | None = None
+    """Where the model's Delta table goes, in place of where dbt would put it."""
+    changes: SinkConfig | None = None
+    """A Delta table of the model's changes, as a view's ``changes``."""
+    refresh: Policy | None = None
+    """As a view's ``refresh``; default ``incremental``."""
+
+
+class DbtConfig(_Model):
+    """A dbt project whose models, seeds and tests are views of the pipeline."""
+
+    project: str
+    """The project's directory (holding ``dbt_project.yml``), relative to the file."""
+    target: str = "dd_etl"
+    """The target name the project's Jinja sees (``target.name``)."""
+    schema_: str = Field(default="analytics", alias="schema")
+    """The target's schema (``target.schema``): models' relations and, with no
+    ``location_root``, their tables' directories under ``tables``."""
+    select: list[str] = Field(default_factory=list)
+    """dbt node selection (``--select``); default: every model, seed and test."""
+    exclude: list[str] = Field(default_factory=list)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    """Over the project's ``vars``, as ``dbt --vars`` gives them."""
+    tables: str = "tables"
+    """Where ``table``, ``incremental`` and ``materialized_view`` models without a
+    ``location_root`` are kept: ``<tables>/<schema>/<alias>``."""
+    models: dict[SourceName, DbtModelConfig] = Field(default_factory=dict)
+
+    @field_validator("select", "exclude", mode="before")
+    @classmethod
+    def _as_list(cls, v: Any) -> Any:
+        return v.split() if isinstance(v, str) else v
+
+
 class CompactionConfig(_Model):
     retain_epochs: int | None = Field(default=None, ge=0)
     """Past epochs of each view kept readable (``read --as-of``, ``changes``)."""
@@ -190,37 +231,67 @@ class PipelineConfig(_Model):
     """Let a warehouse live on a store without conditional writes: safe only while
     no two writers ever run at once (every run checks the store otherwise)."""
     spark: SparkSettings = Field(default_factory=SparkSettings)
-    sources: dict[SourceName, SourceConfig]
+    sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
     views: dict[SourceName, ViewConfig] = Field(default_factory=dict)
+    dbt: DbtConfig | None = None
+    """A dbt project whose models are views beside ``views`` (``dd_etl/dbt``)."""
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     sizing: SizingConfig = Field(default_factory=SizingConfig)
 
-    @field_validator("sources")
-    @classmethod
-    def _some_source(cls, v: dict[str, SourceConfig]) -> dict[str, SourceConfig]:
-        if not v:
-            raise ValueError("a pipeline needs at least one source")
-        return v
-
     @model_validator(mode="after")
     def _names_unique(self) -> PipelineConfig:
+        if not self.sources and self.dbt is None:
+            raise ValueError("a pipeline needs at least one source")
         both = sorted(set(self.sources) & set(self.views))
         if both:
             raise ValueError(f"{both} name both a source and a view")
         return self
 
 
-class LoadedConfig:
-    """A validated pipeline file, with paths resolved against its directory."""
+@dataclass(frozen=True)
+class Origin:
+    """Where a view not written in the pipeline file is defined: a dbt model's or
+    test's file, and the compiled SQL whose lines a query's errors name."""
 
-    def __init__(self, file: Path, config: PipelineConfig, lines: dict[str, int]) -> None:
+    what: str
+    """How its author names it: ``model orders``, ``test unique_orders_order_id``."""
+    file: Path
+    compiled: Path
+
+    def error(self, reason: str, query_line: int | None = None) -> ConfigError:
+        if query_line is None:
+            return ConfigError(self.file, self.what, reason)
+        return ConfigError(self.compiled, self.what, reason, query_line)
+
+
+class LoadedConfig:
+    """A validated pipeline file, with paths resolved against its directory, and
+    the views it takes from a dbt project (``origins`` says where each is defined;
+    ``dbt`` is the project as compiled)."""
+
+    def __init__(
+        self,
+        file: Path,
+        config: PipelineConfig,
+        lines: dict[str, int],
+        origins: Mapping[str, Origin] | None = None,
+        dbt: DbtProject | None = None,
+    ) -> None:
         self.file = file
         self.config = config
         self._lines = lines
+        self.origins = dict(origins or {})
+        self.dbt = dbt
 
     @property
     def base(self) -> Path:
         return self.file.parent
+
+    def extended(
+        self, config: PipelineConfig, origins: Mapping[str, Origin], dbt: DbtProject
+    ) -> LoadedConfig:
+        """The file with views and sources defined elsewhere added to ``config``."""
+        return LoadedConfig(self.file, config, self._lines, {**self.origins, **origins}, dbt)
 
     def resolve(self, path: str) -> str:
         """A path of the file, made absolute; URLs (``s3://…``) are kept as they are."""
@@ -258,8 +329,25 @@ class LoadedConfig:
         return self._lines.get(key)
 
     def error(self, key: str, reason: str, line_offset: int = 0) -> ConfigError:
+        origin = self._origin(key)
+        if origin is not None:
+            return origin.error(reason, line_offset + 1 if line_offset else None)
         line = self.line(key)
         return ConfigError(self.file, key, reason, None if line is None else line + line_offset)
+
+    def query_error(self, key: str, reason: str, query_line: int | None) -> ConfigError:
+        """An error at line ``query_line`` (when known) of the query at ``key``."""
+        origin = self._origin(key)
+        if origin is not None:
+            return origin.error(reason, query_line)
+        first = self.line(f"{key}#value")
+        if first is None or query_line is None:
+            return ConfigError(self.file, key, reason, self.line(key))
+        return ConfigError(self.file, key, reason, first + query_line - 1)
+
+    def _origin(self, key: str) -> Origin | None:
+        parts = key.split(".")
+        return self.origins.get(parts[1]) if len(parts) > 1 and parts[0] == "views" else None
 
 
 def warehouse_of(loaded: LoadedConfig) -> Location:
@@ -297,7 +385,12 @@ def load_config(file: str | Path) -> LoadedConfig:
     if unknown or problems:
         first, *more = [*_in_file_order(unknown), *_in_file_order(problems)]
         raise ConfigError(path, first.key, first.reason, first.line, more)
-    return LoadedConfig(path.resolve(), config, lines)
+    loaded = LoadedConfig(path.resolve(), config, lines)
+    if config.dbt is None:
+        return loaded
+    from dd_etl.dbt.views import with_dbt_project
+
+    return with_dbt_project(loaded, config.dbt)
 
 
 def _problem(error: ErrorDetails, lines: dict[str, int]) -> ConfigProblem:

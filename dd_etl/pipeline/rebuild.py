@@ -63,6 +63,33 @@ def start_over(pipeline: Pipeline, views: Sequence[str]) -> list[str]:
     return names
 
 
+class StrictRebuild(PipelineError):
+    """A ``refresh: strict`` view would be rebuilt: only ``dd-etl rebuild`` may."""
+
+    exit_code = 4  # needs a rebuild, as a source that lost history does
+
+
+def refuse_strict(pipeline: Pipeline, changed: Sequence[str]) -> None:
+    """Stop before anything is discarded when a view whose definition ``changed``
+    would rebuild a ``refresh: strict`` view (itself, or one reading it)."""
+    rt = pipeline.runtime
+    for name in rt.dependants(changed):
+        held = rt.trace(rt.view(name)).state.upper.epoch_bound() or 0
+        if pipeline.flow.refresh_policy(name).policy != "strict" or held == 0:
+            continue  # not strict, or holding no epoch's results (rebuilt already)
+        why = (
+            "its definition changed"
+            if name in changed
+            else f"{', '.join(v for v in changed if name in rt.dependants([v]))} "
+            "changed, which it reads"
+        )
+        raise StrictRebuild(
+            f"view {name!r} is `refresh: strict` and {why}: it is rebuilt only when asked, "
+            f"with `dd-etl rebuild {pipeline.file} {name}` (which rebuilds the views "
+            "reading it too)"
+        )
+
+
 def readers_of(pipeline: Pipeline, source: str) -> list[str]:
     def reads(node: n.Node) -> bool:
         if isinstance(node, n.Source):

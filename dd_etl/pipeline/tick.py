@@ -30,7 +30,7 @@ from dd_etl.pipeline.build import Pipeline
 from dd_etl.pipeline.ingest import ingest
 from dd_etl.pipeline.lock import tick_lock
 from dd_etl.pipeline.progress import Progress
-from dd_etl.pipeline.rebuild import start_over
+from dd_etl.pipeline.rebuild import refuse_strict, start_over
 from dd_etl.pipeline.tick_record import TickRecord, last_tick, record_profile, record_tick
 from dd_etl.plan import nodes as n
 from dd_etl.plan.refresh import RefreshChoice
@@ -111,7 +111,9 @@ def tick_holding_lock(
         for sink in (pipeline.materialized(view), pipeline.change_feed(view)):
             if sink is not None:
                 sink.table.check_ours()
-    changed = start_over(pipeline, rt.changed_plans(chosen))
+    edited = rt.changed_plans(chosen)
+    refuse_strict(pipeline, edited)
+    changed = start_over(pipeline, edited)
     rebuilt = {view: "its definition changed" for view in changed}
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed, rebuilt=rebuilt)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Mode = Literal["incremental", "full"]
-Policy = Literal["auto", "incremental", "full"]
-POLICIES: tuple[Policy, ...] = ("auto", "incremental", "full")
+Policy = Literal["auto", "incremental", "full", "strict"]
+POLICIES: tuple[Policy, ...] = ("auto", "incremental", "full", "strict")
 DEFAULT_FULL_ABOVE = 0.5
 """``auto`` recomputes when the pending change exceeds this share of the data."""
 
@@ -23,7 +23,9 @@ DEFAULT_FULL_ABOVE = 0.5
 @dataclass(frozen=True)
 class RefreshPolicy:
     """``incremental`` (the default) never recomputes; ``full`` always does;
-    ``auto`` recomputes when the change exceeds ``full_above`` of the data."""
+    ``auto`` recomputes when the change exceeds ``full_above`` of the data;
+    ``strict`` is ``incremental`` that is never rebuilt unasked: a run refuses
+    to go on when its definition changed, until ``dd-etl rebuild`` says so."""
 
     policy: Policy = "incremental"
     full_above: float = DEFAULT_FULL_ABOVE
@@ -42,6 +44,8 @@ class RefreshPolicy:
                 f"auto: recomputed when the changed source records exceed "
                 f"{self.full_above:.0%} of those held, else maintained incrementally"
             )
+        if self.policy == "strict":
+            return "strict: maintained from the changes; a changed definition waits for a rebuild"
         return "incremental: maintained from the changes, never recomputed"
 
 
@@ -75,6 +79,8 @@ def choose(
     def chosen(mode: Mode, reason: str) -> RefreshChoice:
         return RefreshChoice(view, policy.policy, mode, reason, change_records, data_records)
 
+    if policy.policy == "strict":
+        return chosen("incremental", "refresh: strict")
     if policy.policy != "auto":
         return chosen(policy.policy, f"refresh: {policy.policy}")
     if first_build:

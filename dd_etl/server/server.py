@@ -211,7 +211,9 @@ class Server:
             self.leave()  # the next server binds the socket while this one exits
         outcome = f"exit {code}" if restart is None else f"starts over on a {restart} server"
         _log(f"{command.request.get('args')}: {outcome} in {time.monotonic() - started:.1f}s")
-        reply = {"exit": code} if restart is None else {"restart": True, "compiler": restart}
+        reply: dict[str, object] = (
+            {"exit": code} if restart is None else {"restart": True, "compiler": restart}
+        )
         self._finished()
         with contextlib.suppress(OSError):
             protocol.send(connection, reply)

@@ -11,9 +11,10 @@ view's changes, so the table's change feed says what the view changed. A
 larger view's table takes the view's changes, applied by Spark with deletion
 vectors (``spark_commit.py``): what an epoch writes follows its change, not the
 view.
-It is written whole instead when it has no epoch of the view's current trace
-(the first epoch, or after a rebuild) or the trace no longer keeps the history
-since its last epoch.
+When the view's trace cannot say what changed since the table's last epoch (a
+rebuild started it over, or it no longer keeps that history), the table takes
+the difference between the view's rows and its own instead: its change feed
+says what the rebuild changed, not every row deleted and inserted again.
 """
 
 from __future__ import annotations
@@ -82,7 +83,12 @@ class MaterializedView:
             return SinkCommit(self.table, epoch, rows, True, meta, changes)
         whole = None
         changes = None
-        if not follows or (rewrite and not unchanged):
+        if not follows and not rewrite and last is not None:
+            # A large table whose view's trace cannot say what changed since the
+            # table's epoch (a rebuild started it over): it takes the difference.
+            rows = self.runtime.read(self.view, as_of=epoch, placement=placement)
+            changes = self._difference(rows)
+        elif not follows or (rewrite and not unchanged):
             whole = self.runtime.read(self.view, as_of=epoch, placement=placement)
         elif not unchanged:
             assert last is not None

@@ -8,6 +8,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
 
 RESERVED = ("_key_hash", "_time", "_diff")
@@ -23,3 +24,26 @@ def view_contents(warehouse: Path, view: str) -> Counter[str]:
         counts[json.dumps(data, sort_keys=True, default=str)] += diff
     assert not -counts, f"view {view} has negative multiplicities: {-counts}"
     return +counts
+
+
+def delta_rs_feed(table: Path, version: int) -> Counter[tuple[str, int]]:
+    """A Delta table version's change feed as delta-rs reads it: each row (JSON, keys
+    sorted) with its sign, +1 inserted, -1 deleted, counted."""
+    got: Counter[tuple[str, int]] = Counter()
+    for batch in DeltaTable(str(table)).load_cdf(starting_version=version, ending_version=version):
+        for r in pa.table(batch).to_pylist():
+            row = {k: v for k, v in r.items() if not k.startswith("_")}
+            sign = 1 if r["_change_type"] == "insert" else -1
+            got[json.dumps(row, sort_keys=True, default=str), sign] += 1
+    return got
+
+
+def changes_between(before: Counter[str], after: Counter[str]) -> Counter[tuple[str, int]]:
+    """From rows ``before`` to rows ``after``: ``|d|`` inserted or deleted copies of
+    each row, as a change feed says them."""
+    out: Counter[tuple[str, int]] = Counter()
+    for row in set(before) | set(after):
+        d = after[row] - before[row]
+        if d:
+            out[row, 1 if d > 0 else -1] = abs(d)
+    return out

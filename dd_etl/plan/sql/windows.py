@@ -130,7 +130,7 @@ def numbering_bound(cond: exp.Expr) -> tuple[exp.Window, int, Numbering] | None:
     RANK, DENSE_RANK): the call, ``k`` and how it numbers rows. The condition
     itself still filters the numbered rows; the bound only says none beyond
     ``k`` is needed."""
-    flipped = {exp.GTE: exp.LTE, exp.GT: exp.LT}
+    flipped: dict[type[exp.Expr], type[exp.Expr]] = {exp.GTE: exp.LTE, exp.GT: exp.LT}
     kind: type[exp.Expr] = type(cond)
     left, right = cond.args.get("this"), cond.args.get("expression")
     if kind in flipped:
