@@ -71,6 +71,7 @@ from spark_metrics import SessionJobs, measured
 from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
+from dd_etl.profiling import LAYERS, Profiler
 from dd_etl.runtime import Runtime, execution
 from dd_etl.runtime.recompute import recompute
 from dd_etl.spark import DEFAULT_CONF, DRIVER_GC
@@ -239,22 +240,26 @@ def build_flow(spark: SparkSession, root: Path) -> Runtime:
 
 
 def cost(report: execution.RunReport, breakdown: bool) -> dict[str, Any]:
-    """Seconds, Spark jobs and stages of a run as the runtime's own profile recorded
-    them (and, with ``breakdown``, per trace)."""
+    """Seconds, Spark jobs, stages, tasks and task time of a run as the runtime's own
+    profile recorded them (and, with ``breakdown``, per layer and per trace, with
+    each trace's part of its layer's shared jobs: ``RunProfile``)."""
     profile = report.profile
     assert profile is not None
     out: dict[str, Any] = {
         "seconds": profile.seconds,
         "spark_jobs": profile.spark_jobs,
         "spark_stages": profile.spark_stages,
+        "tasks": profile.tasks,
+        "task_seconds": profile.task_seconds,
+        "bytes_shuffled": profile.bytes_shuffled,
         "sizing": profile.sizing,
         "phases": profile.phases,
     }
     if breakdown:
-        out["by_trace"] = {
-            name: {"seconds": c.seconds, "spark_jobs": c.spark_jobs, "spark_stages": c.spark_stages}
-            for name, c in profile.traces.items()
-        }
+        layers = zip(profile.layers, profile.layer_traces, strict=True)
+        out["layers"] = [{"sizing": s, "traces": t} for s, t in layers]
+        out["by_trace"] = {name: asdict(c) for name, c in profile.traces.items()}
+        out["profile_lines"] = profile.lines()
     return out
 
 
@@ -320,8 +325,9 @@ def measured_run(
     beside the profile's own count of batch-file bytes (``profile_bytes_*``: its
     reads also count the files the driver opened itself, its writes every
     commit's batch files, whoever wrote them)."""
-    report, _, work = measured(jobs, rt.run)
-    assert report.profile is not None
+    with Profiler(rt.flow.spark, operators=breakdown).active() as profiler:
+        report, _, work = measured(jobs, rt.run)
+    report.profile = profiler.result()  # its seconds without splitting shared jobs
     return report, cost(report, breakdown) | {
         "bytes_read": work.bytes_read,
         "bytes_written": work.bytes_written,
@@ -595,27 +601,43 @@ def work_medians(chosen: list[dict[str, Any]], incremental: float) -> dict[str, 
 def breakdown_by_operator(
     epochs: list[dict[str, Any]], kinds: dict[str, str]
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Per change size, per operator kind: median over repeats of summed seconds and jobs."""
-    per: dict[float, dict[str, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
+    """Per change size, per operator kind: the median over repeats of its traces'
+    summed seconds (their threads' wall time), Spark jobs, driver planning and task
+    time. A trace's task time is that of its own jobs plus what the executed plans
+    of its layer's shared jobs say its part took; what those jobs took beside the
+    parts (the union's sort and write, a task's start and its reads) is ``layer
+    jobs``'s, so that the kinds add up to the run's task time."""
+    per: dict[float, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
     for e in epochs:
-        totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for trace, m in e["incremental"].get("by_trace", {}).items():
-            kind = kinds.get(trace, "other")
-            totals[kind][0] += m["seconds"]
-            totals[kind][1] += m["spark_jobs"]
-        for kind, (s, j) in totals.items():
-            per[e["fraction"]][kind].append((s, int(j)))
+            kind = "layer jobs" if trace.startswith(f"{LAYERS}/") else kinds.get(trace, "other")
+            t = totals[kind]
+            t["seconds"] += m["seconds"]
+            t["spark_jobs"] += m["spark_jobs"] or 0
+            t["planning"] += m["phases"].get("planning", 0.0)
+            t["task_seconds"] += m["task_seconds"] or 0.0
+            parts = part_seconds(m.get("shared"))
+            t["task_seconds"] += parts
+            totals["layer jobs"]["task_seconds"] -= parts
+        for kind, t in totals.items():
+            per[e["fraction"]][kind].append(t)
     return {
         str(f): {
-            kind: {
-                "traces": sum(1 for k in kinds.values() if k == kind),
-                "seconds": round(statistics.median(s for s, _ in vals), 3),
-                "spark_jobs": statistics.median(j for _, j in vals),
+            kind: {"traces": sum(1 for k in kinds.values() if k == kind)}
+            | {
+                measure: round(statistics.median(v[measure] for v in vals), 3)
+                for measure in ("seconds", "spark_jobs", "planning", "task_seconds")
             }
             for kind, vals in sorted(kinds_.items())
         }
         for f, kinds_ in per.items()
     }
+
+
+def part_seconds(shared: dict[str, Any] | None) -> float:
+    """The task time a trace's part of shared jobs took, as their plans say."""
+    return 0.0 if shared is None else float(shared["task_seconds"])
 
 
 def assemble(
@@ -720,12 +742,12 @@ def plot_breakdown(ax: Axes, result: dict[str, Any]) -> None:
     bottom = np.zeros(len(fractions))
     labels = [f"{100 * float(f):g}%" for f in fractions]
     for kind in kinds:
-        values = np.array([per[f].get(kind, {}).get("seconds", 0.0) for f in fractions])
+        values = np.array([per[f].get(kind, {}).get("task_seconds", 0.0) for f in fractions])
         ax.bar(labels, values, bottom=bottom, label=kind)
         bottom += values
     ax.set_xlabel("changed trips")
-    ax.set_ylabel("seconds inside the traces' computation (threads overlap)")
-    ax.set_title("incremental time by operator (summed over traces)")
+    ax.set_ylabel("Spark task seconds (summed over tasks)")
+    ax.set_title("incremental task time by operator")
     ax.legend(fontsize=7)
 
 

@@ -9,6 +9,7 @@ from pyspark.sql import SparkSession
 
 from dd_etl.server.identity import SERVER_ENV
 from dd_etl.spark import session
+from tests.support import tpch_reference
 from tests.support.s3_server import S3Server, started
 
 # Every ``dd-etl`` a test starts runs in its own process, as it did before servers:
@@ -53,3 +54,13 @@ def s3_server() -> Iterator[S3Server]:
     first test asking for it: a bucket per test keeps tests apart."""
     with started() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def tpch_local_run(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tpch_reference.Reference:
+    """The TPC-H pipeline's run on local Spark, made once for every test process:
+    the cluster's and the Spark Connect server's runs are compared to it."""
+    shared = tpch_reference.shared_directory(tmp_path_factory.getbasetemp())
+    return tpch_reference.reference(spark, shared)

@@ -37,7 +37,9 @@ view the generator has."""
 ROOT = Path(__file__).resolve().parent.parent
 DD_ETL = (sys.executable, "-c", "from dd_etl.cli import app; app()")
 DAGSTER = str(Path(sys.executable).parent / "dagster")
-GROUPED = re.compile(r"^\s+layers/(\d+) .*writes grouped into (\d+) jobs$", re.MULTILINE)
+GROUPED = re.compile(
+    r"^\s+layer (\d+) \(.*\n\s+shared jobs .*writes grouped into (\d+) jobs$", re.MULTILINE
+)
 
 
 def cli(*args: str, code: int = 0) -> str:

@@ -25,9 +25,8 @@ from dd_etl.plan import Dataflow
 from dd_etl.plan import aggregates as agg
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import upstream
-from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK
+from dd_etl.profiling import DELTA_LOG, LOOKUPS, PHASES, SPARK, Profiler, layer_label
 from dd_etl.runtime import Runtime, interval
-from dd_etl.runtime.execution import LAYER_LABEL
 from dd_etl.runtime.holds import RUNTIME_READER
 from dd_etl.runtime.sizing import Thresholds
 from dd_etl.spark_driver import driver_for
@@ -157,9 +156,7 @@ def test_a_small_change_costs_a_spark_job_per_task_slot_per_layer(
     unplanned = only_zones | {"sources/trips"} | levels
     layers = [{x.trace_name for x in layer} - unplanned for layer in rt.layers()]
     slots = driver_for(spark).memory().tasks
-    computed = {
-        f"{LAYER_LABEL}/{d}": min(len(layer), slots) for d, layer in enumerate(layers) if layer
-    }
+    computed = {layer_label(d): min(len(layer), slots) for d, layer in enumerate(layers) if layer}
     # a trace whose inputs did not change defers its empty append, with the
     # others', to one commit of the run's record: no work of its own
     deferred = only_zones - {"sources/zones"}
@@ -186,7 +183,7 @@ def test_a_small_change_costs_a_spark_job_per_task_slot_per_layer(
     assert all(profile.traces[t].bytes_written == 0 for t in idle - deferred)
     assert profile.bytes_written == sum(c.bytes_written for c in profile.traces.values()) > 0
     text = "\n".join(profile.lines())
-    assert "8 Spark jobs" in text and "views/zone_stats" in text and "layers/" in text
+    assert "8 Spark jobs" in text and "views/zone_stats" in text and "shared jobs" in text
     # what the JVM's compilers did beside the run is reported (its seconds, like
     # all seconds, never asserted)
     assert profile.jvm_compiling is not None and profile.jvm_compiling >= 0
@@ -194,6 +191,39 @@ def test_a_small_change_costs_a_spark_job_per_task_slot_per_layer(
         "JIT compiling beside the run" in text
         and profile.to_json()["jvm_compiling"] == profile.jvm_compiling
     )
+    # each job one task; the layers' traces as they ran, in order
+    assert profile.tasks == 8 and profile.task_seconds is not None
+    assert [set(t) - unplanned for t in profile.layer_traces] == layers
+    assert all(profile.traces[t].shared is None for t in profile.traces)  # not asked for
+
+    # asked for its operators, a run splits each layer's shared jobs among the
+    # traces whose batches they computed, with no Spark job more
+    change(spark, rt, 2)
+    with Profiler(spark, operators=True).active() as profiler:
+        assert rt.run().profile is None  # the caller's profiler's to take
+    detailed = profiler.result()
+    assert detailed.spark_jobs == 8
+    ran = [d for d in range(len(layers)) if layer_label(d) in detailed.traces]
+    in_jobs = set().union(*(layers[d] for d in ran)) - idle
+    shared = {t: c.shared for t, c in detailed.traces.items() if c.shared is not None}
+    assert len(in_jobs) >= 8 and in_jobs <= set(shared) <= in_jobs | set(computed) | idle
+    for name in in_jobs:
+        work = shared[name]
+        assert work.rows > 0 and "LocalTableScan" in work.operators, (name, work)
+    # the collapse's part aggregates the touched keys' history with their changes
+    # (the MIN/MAX levels' batches are the driver's)
+    assert reductions & in_jobs == reductions - levels != set()
+    assert all("HashAggregate" in shared[t].operators for t in reductions - levels)
+    # the parts and what the layer's jobs did above them add up to the jobs' task time
+    for d in ran:
+        jobs = detailed.traces[layer_label(d)]
+        labels = [layer_label(d), *detailed.layer_traces[d]]
+        parts = [detailed.traces[t].shared for t in labels if t in detailed.traces]
+        timed = sum(p.task_seconds for p in parts if p is not None)
+        if timed > 0:
+            assert jobs.task_seconds is not None
+            assert abs(timed - jobs.task_seconds) <= 0.001 * len(parts), (d, timed, jobs)
+    assert "in shared jobs: " in "\n".join(detailed.lines())
 
 
 def test_a_small_run_commits_to_each_trace_once(spark: SparkSession, tmp_path: Path) -> None:

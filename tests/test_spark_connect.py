@@ -30,14 +30,12 @@ from dd_etl.pipeline import open_pipeline
 from dd_etl.pipeline.config import load_config
 from dd_etl.pipeline.tick import run_tick
 from dd_etl.spark_driver.connect import calls_not_deterministic, range_splits, size_in_bytes
-from dd_etl.trace.maintenance import maintain_warehouse
 from tests.support import tpch_pipeline as tpch
 from tests.support.pipeline_fixtures import BY_PC_SQL, change_data, write_pipeline
 from tests.support.s3_pipelines import credentials, on_store, upload
 from tests.support.s3_server import S3Server
-from tests.support.sql_oracle import duckdb_results, mismatches
-from tests.support.tpch import DDL
-from tests.support.tpch_data import QUERIES, SEED, history_of, tables_after
+from tests.support.tpch_data import SEED, history_of
+from tests.support.tpch_reference import Reference
 
 ROOT = Path(__file__).resolve().parent.parent
 TAXI = ROOT / "assets" / "taxi"
@@ -342,42 +340,33 @@ def test_dagster_jobs_over_spark_connect(connect_url: str, tmp_path: Path) -> No
 @pytest.mark.spark
 @pytest.mark.slow
 def test_sparks_paths_over_connect_write_what_classic_spark_writes(
-    connect_url: str, spark: SparkSession, tmp_path: Path
+    connect_url: str, spark: SparkSession, tpch_local_run: Reference, tmp_path: Path
 ) -> None:
     """TPC-H views with every run on Spark's executors (``sizing:`` lowered, as for
     large data): the load as a large interval, the next epoch as a medium one,
     batches written by Spark, materialized tables written whole by Spark then
     merged into, spine merges made by Spark (``compact``). Over Connect every
-    trace, table and feed holds what the same pipeline on classic Spark holds,
-    row for row, in as many batches; the classic views equal DuckDB after every
-    epoch."""
+    trace, table and feed holds what the same pipeline on classic Spark holds
+    (whose views equal DuckDB's), row for row, in as many batches."""
     history = history_of(random.Random(SEED))
-    remote, classic = tmp_path / "remote", tmp_path / "classic"
+    remote = tmp_path / "remote"
     for epoch, (taken, sizing) in enumerate(tpch.STEPS):
-        for root in (remote, classic):
-            for e in taken:
-                tpch.write_epoch(root, e, history[e])
-            tpch.pipeline_file(root, tpch.VIEWS, sizing)
+        for e in taken:
+            tpch.write_epoch(remote, e, history[e])
+        tpch.pipeline_file(remote, tpch.VIEWS, sizing)
         run = started(connect_url, "run", str(remote / "pipeline.yaml"), "--profile")
-        run_tick(open_pipeline(classic / "pipeline.yaml", spark))  # meanwhile
         out, err = run.communicate(timeout=900)
         assert run.returncode == 0, err[-3000:]
         assert f"({'large' if epoch == 0 else 'medium'} interval)" in out + err, err[-3000:]
     compact = started(connect_url, "compact", str(remote / "pipeline.yaml"))
-    merged = maintain_warehouse(spark, classic / "wh", None, 24.0, driver_merged=0)
     _, err = compact.communicate(timeout=900)
     assert compact.returncode == 0, err[-3000:]
-    assert any(r.batches_after < r.batches_before for r in merged)
-    assert tpch.batches(remote) == tpch.batches(classic)
-
-    after = tables_after(history)
-    expected = duckdb_results([after[taken[-1]] for taken, _ in tpch.STEPS], DDL, QUERIES)
-    runtime = open_pipeline(classic / "pipeline.yaml", spark).runtime
-    assert not mismatches(runtime, tpch.VIEWS, expected)
-    held = tpch.traces(classic)
-    assert len(held) > 20 and tpch.traces(remote) == held
-    outputs = tpch.outputs(spark, classic, tpch.VIEWS)
-    assert outputs and tpch.outputs(spark, remote, tpch.VIEWS) == outputs
+    classic = tpch_local_run
+    assert classic.merged
+    assert tpch.batches(remote) == classic.batches
+    assert len(classic.traces) > 20 and tpch.traces(remote) == classic.traces
+    outputs = tpch.outputs(spark, remote, tpch.VIEWS)
+    assert classic.outputs and outputs == classic.outputs
     for path, rows in outputs.items():  # the tables hold the views as DuckDB has them
         if path.startswith("out/"):
-            assert rows == expected[-1][path.removeprefix("out/")], path
+            assert rows == classic.last[path.removeprefix("out/")], path

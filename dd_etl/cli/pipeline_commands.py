@@ -64,7 +64,9 @@ def run(
     profile: Annotated[
         bool,
         typer.Option(
-            "--profile", help="Print each tick's Spark jobs and seconds per trace and phase."
+            "--profile",
+            help="Print each tick's Spark jobs, tasks, task time, bytes and seconds per "
+            "layer, trace and phase, and each trace's part of its layer's shared jobs.",
         ),
     ] = False,
 ) -> None:
@@ -75,7 +77,7 @@ def run(
     p = _open(pipeline)
     for _ in range(epochs):
         with _steps() as progress:
-            report = run_tick(p, progress)
+            report = run_tick(p, progress, operators=profile)
         for view, why in report.rebuilt.items():
             err.print(f"rebuilt {view}: {why}", highlight=False)
         verb = "completed interrupted" if report.resumed else "ran"

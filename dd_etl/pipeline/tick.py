@@ -84,14 +84,18 @@ def run_tick(
     views: Collection[str] | None = None,
     limit: int | None = None,
     captures: Mapping[str, Capture] | None = None,
+    operators: bool = False,
 ) -> TickReport:
     """One tick, or the part of it that ``sources`` and ``views`` select (default:
     all). A partial tick leaves the epoch open: the next tick completes it before
     a new one starts, so sources never run more than one epoch ahead of views.
     ``limit`` caps each source's new files or versions; ``captures`` replaces a
-    source's capture (a restatement)."""
+    source's capture (a restatement); ``operators`` profiles each trace's part of
+    its layer's shared Spark jobs too (``Profiler``)."""
     with tick_lock(pipeline):
-        return tick_holding_lock(pipeline, progress, sources, views, limit, captures or {})
+        return tick_holding_lock(
+            pipeline, progress, sources, views, limit, captures or {}, operators
+        )
 
 
 def tick_holding_lock(
@@ -101,6 +105,7 @@ def tick_holding_lock(
     views: Collection[str] | None,
     limit: int | None,
     captures: Mapping[str, Capture],
+    operators: bool = False,
 ) -> TickReport:
     """``run_tick`` for a caller that holds ``tick_lock`` (and decided what to
     capture under it)."""
@@ -117,7 +122,7 @@ def tick_holding_lock(
     rebuilt = {view: "its definition changed" for view in changed}
     epoch, resumed = next_epoch(pipeline)
     report = TickReport(epoch, resumed, rebuilt=rebuilt)
-    profiler = Profiler(rt.spark)
+    profiler = Profiler(rt.spark, operators)
     with profiler.active():
         names = list(pipeline.flow.sources if sources is None else sources)
         report.sources = ingest(pipeline, names, epoch, limit, captures, progress, profiler)

@@ -48,7 +48,7 @@ from dd_etl.lattice import Antichain
 from dd_etl.plan import nodes as n
 from dd_etl.plan.graph import dependants, layers, upstream
 from dd_etl.plan.refresh import RefreshChoice
-from dd_etl.profiling import Profiler, RunProfile
+from dd_etl.profiling import Profiler, RunProfile, layer_label
 from dd_etl.runtime.catalog import RunTarget
 from dd_etl.runtime.interval import Append, Interval, trace_label
 from dd_etl.runtime.iteration import Round
@@ -87,11 +87,14 @@ def execute(
     refresh: Mapping[str, RefreshChoice] | None = None,
 ) -> RunReport:
     """Bring ``views`` (default: all) of ``rt`` up to date, profiled as part of the
-    caller's profile when one is active (a pipeline tick, which adds its sinks)."""
-    profiler = Profiler.current() or Profiler(rt.flow.spark)
+    caller's profile when one is active (a pipeline tick, which adds its sinks, and
+    takes the profile itself), else on its own (``RunReport.profile``)."""
+    caller = Profiler.current()
+    profiler = caller or Profiler(rt.flow.spark)
     with profiler.active():
         report = _execute(rt, profiler, on_trace, views, refresh)
-    report.profile = profiler.result()
+    if caller is None:
+        report.profile = profiler.result()
     return report
 
 
@@ -134,7 +137,7 @@ def _execute(
 
         for depth, layer in enumerate(layers(rt.stateful_nodes(chosen, unmaintained))):
             layer_sizing = interval.layer_sizing(layer)
-            profiler.layers.append(layer_sizing.name)
+            profiler.add_layer(layer_sizing.name, [trace_label(x) for x in layer])
             same = layer_sizing is sizing
             with nullcontext() if same else applied(rt.flow.spark, layer_sizing):
                 _bring_layer(interval.sized(layer_sizing), layer, depth, pool, profiler, on_trace)
@@ -188,7 +191,7 @@ def _bring_layer(
             placement,
             interval.memory,
             pool,
-            job_label=f"{LAYER_LABEL}/{depth}",
+            job_label=layer_label(depth),
             after_job="layer.collected" if placement.driver else "layer.written",
         )
     except SparkOutOfMemory as e:
@@ -217,7 +220,3 @@ def records_read(
         for source in (x for x in upstream([rt.view(view)]) if isinstance(x, n.Source)):
             records += rt.trace(source).state.records
     return records
-
-
-LAYER_LABEL = "layers"
-"""Profile label of the Spark job computing a layer's batches (``layers/<depth>``)."""

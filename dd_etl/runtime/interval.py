@@ -188,7 +188,7 @@ class Interval:
             label=trace_label(node),
             operators=memory_operators(node),
         )
-        if self.driver_rows and not self._recomputed(node):
+        if not self._recomputed(node):
             rows = rule_for(node).batch_in_driver(node, self)
             if rows is not None:
                 return Append(node, append(CollectedBatch(rows), at_most=rows.num_rows))

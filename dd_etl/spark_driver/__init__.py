@@ -14,6 +14,7 @@ session's kind, chosen once per session, here only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -24,9 +25,61 @@ if TYPE_CHECKING:
     from dd_etl.spark_memory import SparkMemory
 
 
+@dataclass(frozen=True)
+class StageWork:
+    """What a stage's tasks did, at its last attempt, as Spark's status store sums
+    it over them."""
+
+    tasks: int
+    task_seconds: float
+    """Their run time, summed: what the stage cost the executors' cores."""
+    input_bytes: int
+    """What they read from files."""
+    shuffle_read_bytes: int
+    shuffle_write_bytes: int
+
+
+@dataclass
+class PlanWork:
+    """What the operators of (a part of) an executed plan did, from the metrics Spark
+    keeps on its executed plan, summed over their tasks: how the work of a Spark
+    job computing several traces' batches splits among them."""
+
+    rows: int = 0
+    """The rows the part yielded."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Its task time by the kind of Spark timer that saw it: ``code`` (a stage of
+    generated code, its inputs included), ``aggregate``, ``hash build`` (their
+    inputs included), ``sort``, ``shuffle write``; each timer counted where no
+    timer above it in its task holds it already (``plan_metrics.work_of``)."""
+    task_seconds: float = 0.0
+    """Its task time: from the plan, the sum of ``seconds``; in a profile, its
+    share of its jobs' task time as their stages count it, in proportion to
+    that sum (``seconds`` scaled alike)."""
+    scanned_bytes: int = 0
+    """What its file scans read."""
+    shuffled_bytes: int = 0
+    """What its exchanges wrote to shuffle files."""
+    spilled_bytes: int = 0
+    operators: dict[str, int] = field(default_factory=dict)
+    """Spark's operators in it, by name, as many as it ran."""
+
+    def add(self, other: PlanWork) -> None:
+        self.rows += other.rows
+        self.task_seconds += other.task_seconds
+        for kind, s in other.seconds.items():
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + s
+        self.scanned_bytes += other.scanned_bytes
+        self.shuffled_bytes += other.shuffled_bytes
+        self.spilled_bytes += other.spilled_bytes
+        for name, k in other.operators.items():
+            self.operators[name] = self.operators.get(name, 0) + k
+
+
 class DriverStatus(Protocol):
     """What the driver tells of its work: Spark jobs labelled by group, as a run's
-    profile counts them per trace, and its JVM's compiling."""
+    profile counts them per trace, what their stages did, what each part of a
+    plan did, and its JVM's compiling."""
 
     def labelled(self) -> str | None:
         """The label of the jobs this thread launches."""
@@ -42,8 +95,19 @@ class DriverStatus(Protocol):
 
     def stages(self, job: int) -> list[int]: ...
 
-    def input_bytes(self, stage: int) -> int:
-        """What the stage's tasks read from files (0 once Spark forgot the stage)."""
+    def settled(self) -> None:
+        """Wait until the status store holds every job and stage finished so far:
+        Spark's listener learns of them from events posted after they ran."""
+        ...
+
+    def stage_work(self, stage: int) -> StageWork | None:
+        """What the stage's tasks did (None once Spark forgot the stage)."""
+        ...
+
+    def plan_parts(self, df: DataFrame, parts: int) -> tuple[PlanWork, list[PlanWork]] | None:
+        """What ran ``df`` (an action on it done), split into the work of each of the
+        ``parts`` children of its union, in order, and the rest; None where the
+        plan does not show that many parts (Spark dropped a child it knew empty)."""
         ...
 
     def compiled_ms(self) -> int | None:

@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from dd_etl.spark_driver import PlanWork, StageWork, plan_metrics
 from dd_etl.spark_memory import (
     DRIVER_MEMORY,
     EXECUTOR_MEMORY,
@@ -258,11 +259,24 @@ class ClassicStatus:
         info = self._tracker.getJobInfo(job)
         return [] if info is None else self._ints(info.stageIds())
 
-    def input_bytes(self, stage: int) -> int:
+    def settled(self) -> None:
+        self._context._jsc.sc().listenerBus().waitUntilEmpty()
+
+    def stage_work(self, stage: int) -> StageWork | None:
         try:
-            return int(self._store.lastStageAttempt(stage).inputBytes())
+            data = self._store.lastStageAttempt(stage)
         except Exception:  # py4j's error for a stage the store dropped
-            return 0
+            return None
+        return StageWork(
+            tasks=int(data.numCompleteTasks()),
+            task_seconds=int(data.executorRunTime()) / 1e3,
+            input_bytes=int(data.inputBytes()),
+            shuffle_read_bytes=int(data.shuffleReadBytes()),
+            shuffle_write_bytes=int(data.shuffleWriteBytes()),
+        )
+
+    def plan_parts(self, df: DataFrame, parts: int) -> tuple[PlanWork, list[PlanWork]] | None:
+        return plan_metrics.parts_of(df._jdf.queryExecution().executedPlan(), parts)
 
     def compiled_ms(self) -> int | None:
         return (

@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lake import Location
 from dd_etl.lattice import Time
+from dd_etl.profiling import count_shared
 from dd_etl.trace import file_cache, spark_files
 from dd_etl.trace.batch import DataFile
 from dd_etl.trace.columns import KEY_HASH, time_columns
@@ -91,18 +92,21 @@ def collect_each(
     dfs: Sequence[DataFrame | Projected],
     at_most: Sequence[int],
     tasks: Sequence[int] | None = None,
+    labels: Sequence[str | None] | None = None,
 ) -> list[pa.Table | None]:
     """The rows of each of ``dfs`` in the driver, in its order, or None for one with
     more rows than its ``at_most``: all in one Spark job (``slots.tagged_union``),
     which brings at most ``at_most + 1`` rows of each to the driver; consecutive
     ones computed by one task, as many as ``tasks`` says for each (default: all
-    by one). Each DataFrame must be one partition (its order is kept)."""
+    by one). Each DataFrame must be one partition (its order is kept). ``labels``:
+    what each one's part of the job is profiled as (``profiling.count_shared``)."""
     if not dfs:
         return []
     projected = [Projected.of(df) for df in dfs]
     limited = [p.over(p.frame.limit(n + 1)) for p, n in zip(projected, at_most, strict=True)]
     union, placement = tagged_union(limited, tasks=tasks or [len(dfs)])
     table = union.toArrow()
+    count_shared(union, labels or [None] * len(dfs))
     out: list[pa.Table | None] = []
     for i, (p, limit, placed) in enumerate(zip(limited, at_most, placement, strict=True)):
         part = table.filter(pc.equal(table.column(PART), i))

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
@@ -283,14 +283,16 @@ class TraceAppend:
     def to_collect(self) -> PlannedBatch | None:
         if self.at_most == 0 or isinstance(self.updates, CollectedBatch):
             return None
-        return self.trace.batch_plan(self.updates, self.distinct)
+        planned = self.trace.batch_plan(self.updates, self.distinct)
+        return replace(planned, label=self.label)
 
     def to_write_on_executors(self) -> ExecutorBatch | None:
         if self.at_most == 0 or self.slices_log2 is None:
             return None
         if isinstance(self.updates, CollectedBatch):
             return None
-        return self.trace.executor_batch(self.updates, self.distinct, self.slices_log2)
+        batch = self.trace.executor_batch(self.updates, self.distinct, self.slices_log2)
+        return replace(batch, label=self.label)
 
     def commit(self, computed: Computed | None) -> bool:
         with traced(self.label) if self.label is not None else nullcontext():

@@ -97,6 +97,7 @@ class PlannedBatch:
     at_most: int
     summed: bool  # Spark consolidated the rows already, else the driver does
     distinct: bool  # no two rows share data and time: nothing to sum
+    label: str | None = None  # what its part of a shared job is profiled as (None: the job's)
 
     @property
     def session(self) -> SparkSession:
@@ -150,7 +151,10 @@ def collect_batches(tasks: Sequence[Sequence[PlannedBatch]]) -> list[CollectedBa
     planned = [p for task in tasks for p in task]
     with phase(SPARK):
         tables = arrow_files.collect_each(
-            [p.rows for p in planned], [p.at_most for p in planned], [len(t) for t in tasks]
+            [p.rows for p in planned],
+            [p.at_most for p in planned],
+            [len(t) for t in tasks],
+            [p.label for p in planned],
         )
     return [
         None if table is None else plan.collected(table)

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame
 from dd_etl import sql_text
 from dd_etl.arrow_schema import arrow_schema
 from dd_etl.lake import Location
-from dd_etl.profiling import SPARK, phase
+from dd_etl.profiling import SPARK, count_shared, phase
 from dd_etl.sql_text import quote
 from dd_etl.trace import hash_slices
 from dd_etl.trace.batch import DataFile, WrittenBatch, batch_dir
@@ -57,6 +57,8 @@ class ExecutorBatch:
     rows_per_file: int
     slices_log2: int = 0
     """The batch is written in ``2 ** slices_log2`` slices of the key-hash range."""
+    label: str | None = None
+    """What its part of a shared job is profiled as (None: the job's)."""
 
 
 SLICE = "__slice"
@@ -98,8 +100,10 @@ def write_each(batches: Sequence[ExecutorBatch]) -> list[WrittenBatch]:
         for i, (b, placed) in enumerate(zip(batches, placement, strict=True))
         for _ in range(1 << b.slices_log2)
     ]
+    writing = ordered.mapInArrow(_writer(targets), FILES)
     with phase(SPARK):
-        reported = ordered.mapInArrow(_writer(targets), FILES).toArrow()
+        reported = writing.toArrow()
+    count_shared(writing, [b.label for b in batches])
     files: list[list[tuple[int, DataFile]]] = [[] for _ in batches]
     for row in reported.to_pylist():
         names = [KEY_HASH, *time_columns(batches[row["part"]].dims)]

@@ -33,9 +33,10 @@ class Rule(Generic[N]):
         raise PlanError(f"no runtime rule for operator {type(node).__name__}")
 
     def batch_in_driver(self, node: N, interval: IntervalScope) -> pa.Table | None:
-        """The batch ``changes`` would plan, made by the driver from rows it reads
-        anyway (in the stored layout of the node's trace), where the interval's
-        rows pass through it and that costs no Spark plan; None: plan it."""
+        """The batch ``changes`` would plan, made by the driver from the few rows it
+        reads (in the stored layout of the node's trace), in any sizing: asked
+        first, it reads no more than the driver keeps (``DRIVER_KEPT_RECORDS``)
+        and costs no Spark plan; None: plan it."""
         return None
 
     def unchanged(self, node: N, interval: IntervalScope) -> bool:
