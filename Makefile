@@ -41,6 +41,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/bench_trace_spine.py
 	$(BIN)/python bench/bench_min_retraction.py
+	$(BIN)/python bench/bench_batch_writer.py
 	$(BIN)/python bench/bench_incremental.py
 	$(BIN)/python bench/bench_bfs.py
 	$(BIN)/python bench/bench_dagster_runs.py
