@@ -32,7 +32,7 @@ from tests.support.upgrade_fixture import (
 
 pytestmark = pytest.mark.spark
 
-CHANGED_SINCE_FIXTURE: set[str] = set()
+CHANGED_SINCE_FIXTURE = {"borough_links", "busiest_links"}
 """The views whose plans changed since the fixture's release (as CHANGELOG says)."""
 
 
@@ -42,14 +42,19 @@ def run(pipeline: Path) -> str:
     return result.stderr
 
 
+def bag(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """The rows, their doubles to 9 places: a SUM of doubles depends on the
+    order it adds them in, which the traces' batches do not fix."""
+    rounded = [{k: round(v, 9) if isinstance(v, float) else v for k, v in r.items()} for r in rows]
+    return Counter(tuple(sorted(r.items())) for r in rounded)
+
+
 def table(path: Path) -> Counter[tuple[Any, ...]]:
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    return Counter(tuple(sorted(r.items())) for r in rows)
+    return bag(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
 
 
 def view(pipeline: Path, name: str) -> Counter[tuple[Any, ...]]:
-    rows = open_pipeline(pipeline).runtime.read(name).collect()
-    return Counter(tuple(sorted(r.asDict().items())) for r in rows)
+    return bag([r.asDict() for r in open_pipeline(pipeline).runtime.read(name).collect()])
 
 
 def test_a_warehouse_of_an_earlier_release_is_carried_on(

@@ -46,6 +46,7 @@ from dd_etl.plan.graph import keyed_leaves
 from dd_etl.plan.inferred import InferredSchemas
 from dd_etl.plan.iteration import DEFAULT_ITERATION_LIMIT, build_iterate
 from dd_etl.plan.loops import reads_loop_variable
+from dd_etl.plan.pruning import narrowed
 from dd_etl.plan.refresh import RefreshPolicy
 from dd_etl.spark_driver import driver_for
 from dd_etl.sql_text import quote
@@ -113,13 +114,16 @@ class Dataflow:
         if name in self.views:
             raise PlanError(f"view {name!r} is defined twice")
         # Structural like every id, so what reads a view changes when its definition does.
-        schema = collection.node.schema
-        view_id = node_id("view", (collection.node.id,), schema, name=name)
-        node = n.View(view_id, (collection.node,), schema, name=name)
+        root = narrowed(collection.node, self._projection, self.arrangement)
+        view_id = node_id("view", (root.id,), root.schema, name=name)
+        node = n.View(view_id, (root,), root.schema, name=name)
         self.views[name] = node
         if refresh is not None:
             self.refresh[name] = refresh
         return Collection(self, node)
+
+    def _projection(self, node: n.Node, columns: Sequence[str]) -> n.Node:
+        return Collection(self, node).select(*columns).node
 
     def refresh_policy(self, view: str) -> RefreshPolicy:
         return self.refresh.get(view, RefreshPolicy())

@@ -65,6 +65,17 @@ views:
       )
       SELECT r.zone_id, z.zone_name, z.borough
       FROM reach r JOIN zones z ON r.zone_id = z.zone_id
+  borough_links:
+    sql: |
+      SELECT z.borough, l.to_zone, COUNT(*) AS trips, SUM(t.fare_amount) AS revenue
+      FROM trips t
+      JOIN zones z ON t.pickup_zone = z.zone_id
+      JOIN links l ON l.from_zone = t.pickup_zone
+      GROUP BY z.borough, l.to_zone
+    materialize: {path: out/borough_links}
+    changes: {path: out/borough_links_changes}
+  busiest_links:
+    sql: SELECT borough, MAX(trips) AS trips FROM borough_links GROUP BY borough
 """
 VIEWS = [
     "fares_by_passengers",
@@ -72,9 +83,11 @@ VIEWS = [
     "zone_days",
     "passengers_by_zone",
     "reachable_from_zone_1",
+    "borough_links",
+    "busiest_links",
 ]
-MATERIALIZED = ["fares_by_passengers", "trips_by_borough", "passengers_by_zone"]
-FEEDS = ["trips_by_borough", "zone_days", "passengers_by_zone"]
+MATERIALIZED = ["fares_by_passengers", "trips_by_borough", "passengers_by_zone", "borough_links"]
+FEEDS = ["trips_by_borough", "zone_days", "passengers_by_zone", "borough_links"]
 """The views kept as Delta tables under ``out/<view>``, and those whose changes are
 fed to ``out/<view>_changes``."""
 
