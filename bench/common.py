@@ -74,14 +74,16 @@ def environment(spark: SparkSession, **extra: Any) -> dict[str, Any]:
 
 
 def recorded_argv(argv: list[str] | None = None) -> list[str]:
-    """The command's arguments as a result records them: the scratch directory's
-    path is this machine's, not part of what was measured, and stays out."""
+    """The command's arguments as a result records them: the scratch and results
+    directories' paths are this machine's, not part of what was measured, and
+    stay out."""
     args = list(sys.argv[1:] if argv is None else argv)
     for i, arg in enumerate(args):
-        if arg == "--workdir" and i + 1 < len(args):
-            args[i + 1] = "DIR"
-        elif arg.startswith("--workdir="):
-            args[i] = "--workdir=DIR"
+        for flag in ("--workdir", "--results"):
+            if arg == flag and i + 1 < len(args):
+                args[i + 1] = "DIR"
+            elif arg.startswith(f"{flag}="):
+                args[i] = f"{flag}=DIR"
     return args
 
 
